@@ -1,0 +1,52 @@
+"""Build the one Cython extension, or fall back to the pure-Python core when it cannot be built.
+
+Everything else about the package lives in pyproject.toml. Set TIMERWHEEL_NO_EXTENSIONS=1 to skip the
+extension on purpose. A build that fails (no C compiler, no Cython) is reported and the install goes on
+without it: the pure-Python twin of the core is always installed.
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that turns a failed compile into a warning instead of a failed install."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # DistutilsPlatformError, CCompilerError, ...: no usable compiler
+            self._warn(exc)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._warn(exc)
+
+    @staticmethod
+    def _warn(exc: Exception) -> None:
+        print(
+            "\n*** timerwheel: the Cython extension could not be built "
+            f"({type(exc).__name__}: {exc}).\n"
+            "*** Installing the pure-Python backend instead: same behaviour, slower.\n",
+            file=sys.stderr,
+        )
+
+
+def extensions() -> list[Extension]:
+    if os.environ.get("TIMERWHEEL_NO_EXTENSIONS") or sys.implementation.name != "cpython":
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        print("*** timerwheel: Cython is not installed; installing the pure-Python backend.", file=sys.stderr)
+        return []
+    ext = Extension("timerwheel._core_c", ["src/timerwheel/_core_c.pyx"])
+    return cythonize([ext], compiler_directives={"language_level": "3"})
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -1,0 +1,743 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, binding=False
+# cython: embedsignature=True, embedsignature.format=python
+"""The Cython timing wheel: the algorithm of _core_py.py, function for function, over C arrays.
+
+boundscheck and wraparound are off: every index below is a pool index (< _size), a bucket index
+(< number of buckets) or a position (< the bucket's length), kept so by the bookkeeping that _check() verifies.
+cdivision is on: every division and shift here is of non-negative integers.
+"""
+
+cimport cython
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_FromLongLong
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.math cimport isfinite
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport qsort
+from libc.string cimport memset
+
+import math
+
+cdef extern from *:
+    """
+    /* Bit scans: compiler intrinsics where there are some, a portable loop elsewhere. */
+    #if defined(__GNUC__) || defined(__clang__)
+    static inline int tw_ctz64(uint64_t x) { return __builtin_ctzll(x); }
+    static inline int tw_bitlen64(uint64_t x) { return x ? 64 - __builtin_clzll(x) : 0; }
+    #elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_ARM64))
+    #include <intrin.h>
+    static inline int tw_ctz64(uint64_t x) { unsigned long i; _BitScanForward64(&i, x); return (int)i; }
+    static inline int tw_bitlen64(uint64_t x) { unsigned long i; return _BitScanReverse64(&i, x) ? (int)i + 1 : 0; }
+    #else
+    static inline int tw_ctz64(uint64_t x) { int n = 0; while (!(x & 1)) { x >>= 1; n++; } return n; }
+    static inline int tw_bitlen64(uint64_t x) { int n = 0; while (x) { x >>= 1; n++; } return n; }
+    #endif
+    """
+    int tw_ctz64(uint64_t x) nogil      # x != 0
+    int tw_bitlen64(uint64_t x) nogil
+
+
+# The same constants as _core_py.py, with the same reasons (written there).
+MIN_SLOTS = 4
+MAX_SLOTS = 4096
+MAX_LEVELS = 8
+TICK_BITS = 62
+MAX_TICKS = 1 << 62
+ID_BITS = 32
+ID_MASK = 0xFFFFFFFF
+FREE = -1
+
+cdef enum:
+    C_TICK_BITS = 62
+    C_ID_BITS = 32
+    C_FREE = -1
+cdef uint32_t C_ID_MASK = 0xFFFFFFFFu     # also the "no entry" mark that ends the free list
+cdef double C_MAX_TICKS = <double>(1ULL << 62)
+cdef uint64_t SMALL_GEN = 1ULL << 31   # ids of generations below this fit a signed 64-bit int
+
+
+ctypedef struct Entry:      # _core_py._Entry, 40 bytes
+    double due
+    int64_t tick
+    uint64_t seq
+    uint64_t gen
+    int32_t bucket
+    uint32_t pos
+
+ctypedef struct Bucket:     # one slot's list of pool indices
+    uint32_t* items
+    uint32_t len
+    uint32_t cap
+
+ctypedef struct Fired:      # a due timer, sorted by (due, seq) before it is handed out
+    double due
+    uint64_t seq
+    uint32_t idx
+
+
+cdef int _fired_cmp(const void* a, const void* b) noexcept nogil:
+    cdef const Fired* x = <const Fired*>a
+    cdef const Fired* y = <const Fired*>b
+    if x.due != y.due:
+        return -1 if x.due < y.due else 1
+    return -1 if x.seq < y.seq else (1 if x.seq > y.seq else 0)
+
+
+cpdef inline int level_for(int64_t elapsed, int64_t tick, int bits, int top) noexcept:
+    """The level of a timer due at `tick` (> `elapsed`) with the wheel at tick `elapsed` (see _core_py)."""
+    cdef int level = (tw_bitlen64(<uint64_t>(elapsed ^ tick)) - 1) // bits
+    return level if level < top else top
+
+
+cpdef inline int slot_for(int64_t tick, int level, int bits) noexcept:
+    """The slot of `tick` at `level`: its level-th base-`slots` digit (see _core_py)."""
+    return <int>((tick >> (level * bits)) & ((1 << bits) - 1))
+
+
+cpdef inline int64_t rounds_for(int64_t elapsed, int64_t tick, int span_bits) noexcept:
+    """How many more turns of the top level before `tick`'s top slot expires (see _core_py)."""
+    return (tick >> span_bits) - (elapsed >> span_bits)
+
+
+cdef double _seconds_slow(object value, str name) except? -1.0:
+    if isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__float__"):
+        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise OverflowError(f"{name} is too large to be a number of seconds: {value!r}") from None
+
+
+cdef inline double _seconds(object value, str name) except? -1.0:
+    """`value` as a finite double, or a TypeError / ValueError / OverflowError that names `name`."""
+    cdef double v
+    if PyFloat_CheckExact(value):
+        v = PyFloat_AS_DOUBLE(value)
+    else:
+        v = _seconds_slow(value, name)
+    if not isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+cdef inline int _check_id(object timer_id) except -1:
+    if not PyLong_Check(timer_id):
+        raise TypeError(f"timer_id must be an int, not {type(timer_id).__name__}")
+    return 0
+
+
+cdef inline object _make_id(uint64_t gen, uint32_t idx):
+    if gen < SMALL_GEN:
+        return PyLong_FromLongLong(<long long>((gen << C_ID_BITS) | idx))
+    return (int(gen) << C_ID_BITS) | idx   # a generation past 2**31: the id outgrows 64 bits
+
+
+@cython.final
+cdef class TimerWheel:
+    """A hierarchical timing wheel: add, cancel and reschedule in O(1), exact dues, no maximum delay.
+
+    The Cython backend; the geometry, the rules and an example are in the pure-Python twin's docstring,
+    which help(timerwheel.TimerWheel) shows under either backend's documentation (README, docs/).
+    """
+
+    cdef double _resolution, _start, _now, _min_due
+    cdef int _slots, _levels, _bits, _top, _span_bits, _current, _words
+    cdef int64_t _elapsed
+    cdef Bucket* _buckets
+    cdef uint64_t* _bitmaps         # _words 64-bit words per used level
+    cdef int64_t* _top_epoch
+    cdef Entry* _entries
+    cdef uint32_t _size, _capacity  # pool entries in use (ever handed out) / allocated
+    cdef uint32_t _free
+    cdef Py_ssize_t _count
+    cdef uint64_t _seq
+    cdef bint _min_valid
+    cdef Fired* _scratch
+    cdef uint32_t _scratch_cap
+    cdef list _items                # a Python list beside the pool: the GC sees the items
+
+    def __cinit__(self, *args, **kwargs):
+        self._items = []
+        self._free = C_ID_MASK
+
+    def __init__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
+        cdef double res = _seconds(resolution, "resolution")
+        if res <= 0:
+            raise ValueError(f"resolution must be > 0 seconds, got {res!r}")
+        for name, value in (("slots", slots), ("levels", levels)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+        if not (MIN_SLOTS <= slots <= MAX_SLOTS) or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two from {MIN_SLOTS} to {MAX_SLOTS}, got {slots}")
+        if not 1 <= levels <= MAX_LEVELS:
+            raise ValueError(f"levels must be from 1 to {MAX_LEVELS}, got {levels}")
+        cdef double st = _seconds(start, "start")
+        if self._buckets != NULL:
+            raise RuntimeError("TimerWheel.__init__ must not be called twice")
+        self._resolution = res
+        self._slots = slots
+        self._levels = levels
+        self._start = st
+        self._now = st
+        cdef int bits = int(slots).bit_length() - 1
+        self._bits = bits
+        cdef int used = min(levels, (C_TICK_BITS + bits - 1) // bits)
+        self._top = used - 1
+        self._span_bits = min(used * bits, C_TICK_BITS)
+        self._current = used * slots
+        self._elapsed = 0
+        self._words = (slots + 63) >> 6
+        cdef size_t nbuckets = used * slots + 1
+        self._buckets = <Bucket*>PyMem_Malloc(nbuckets * sizeof(Bucket))
+        self._bitmaps = <uint64_t*>PyMem_Malloc(used * self._words * sizeof(uint64_t))
+        self._top_epoch = <int64_t*>PyMem_Malloc(slots * sizeof(int64_t))
+        if self._buckets == NULL or self._bitmaps == NULL or self._top_epoch == NULL:
+            raise MemoryError()
+        memset(self._buckets, 0, nbuckets * sizeof(Bucket))
+        memset(self._bitmaps, 0, used * self._words * sizeof(uint64_t))
+        memset(self._top_epoch, 0, slots * sizeof(int64_t))
+
+    def __dealloc__(self):
+        cdef int b
+        if self._buckets != NULL:
+            for b in range(self._current + 1):
+                PyMem_Free(self._buckets[b].items)
+            PyMem_Free(self._buckets)
+        PyMem_Free(self._bitmaps)
+        PyMem_Free(self._top_epoch)
+        PyMem_Free(self._entries)
+        PyMem_Free(self._scratch)
+
+    def __reduce__(self):
+        raise TypeError("TimerWheel cannot be pickled or copied")
+
+    # -- read-only geometry and time ------------------------------------------------------------------
+
+    @property
+    def resolution(self):
+        """Seconds per tick."""
+        return self._resolution
+
+    @property
+    def slots(self):
+        """Slots per level (a power of two)."""
+        return self._slots
+
+    @property
+    def levels(self):
+        """Number of levels, as given to the constructor."""
+        return self._levels
+
+    @property
+    def now(self):
+        """The time passed to the last advance(), or `start` before the first."""
+        return self._now
+
+    def __len__(self):
+        """Number of pending timers. O(1)."""
+        return self._count
+
+    def __repr__(self):
+        return (
+            f"TimerWheel(resolution={self._resolution!r}, slots={self._slots}, levels={self._levels}, "
+            f"now={self._now!r}, pending={self._count})"
+        )
+
+    # -- the one place where seconds become ticks -----------------------------------------------------
+
+    cdef inline int64_t _tick_of(self, double t, str name) except -2:
+        """floor((t - start) / resolution), -1 for any t before start; OverflowError at 2**62 ticks."""
+        cdef double x = (t - self._start) / self._resolution
+        if x < 0:
+            return -1
+        if not x < C_MAX_TICKS:
+            raise OverflowError(
+                f"{name} is too far ahead: {x:.4g} ticks of {self._resolution!r} s, the wheel counts at most "
+                "2**62 ticks from its start"
+            )
+        return <int64_t>x   # x >= 0: the cast truncates, which is floor
+
+    # -- placement: buckets, bitmaps and the free list ------------------------------------------------
+
+    cdef inline int _bucket_for(self, int64_t tick) noexcept:
+        cdef int64_t elapsed = self._elapsed
+        cdef int level
+        if tick <= elapsed:
+            return self._current
+        level = level_for(elapsed, tick, self._bits, self._top)
+        return level * self._slots + slot_for(tick, level, self._bits)
+
+    cdef int _reserve(self, int bucket) except -1:
+        """Make room for one more entry in `bucket` (doubling), before anything is changed."""
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef uint32_t cap
+        cdef uint32_t* items
+        if b.len < b.cap:
+            return 0
+        cap = b.cap * 2 if b.cap else 4
+        items = <uint32_t*>PyMem_Realloc(b.items, cap * sizeof(uint32_t))
+        if items == NULL:
+            raise MemoryError()
+        b.items = items
+        b.cap = cap
+        return 0
+
+    cdef inline void _link(self, uint32_t idx, int bucket) noexcept:
+        """Append entry `idx` to `bucket` (room reserved), marking the slot occupied."""
+        cdef Entry* entry = &self._entries[idx]
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef int level, slot
+        cdef int64_t epoch
+        if bucket != self._current:
+            level = bucket >> self._bits
+            slot = bucket & (self._slots - 1)
+            if level == self._top:
+                epoch = entry.tick >> self._span_bits
+                if b.len == 0 or epoch < self._top_epoch[slot]:
+                    self._top_epoch[slot] = epoch
+            self._bitmaps[level * self._words + (slot >> 6)] |= 1ULL << (slot & 63)
+        entry.bucket = bucket
+        entry.pos = b.len
+        b.items[b.len] = idx
+        b.len += 1
+
+    cdef inline void _clear_bit(self, int bucket) noexcept:
+        cdef int level = bucket >> self._bits
+        cdef int slot = bucket & (self._slots - 1)
+        self._bitmaps[level * self._words + (slot >> 6)] &= ~(1ULL << (slot & 63))
+
+    cdef inline void _unlink(self, uint32_t idx) noexcept:
+        """Remove entry `idx` from its bucket in O(1): move the last one into its place, then shrink."""
+        cdef Entry* entry = &self._entries[idx]
+        cdef int bucket = entry.bucket
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef uint32_t last
+        cdef uint32_t* items
+        b.len -= 1
+        last = b.items[b.len]
+        if last != idx:
+            b.items[entry.pos] = last
+            self._entries[last].pos = entry.pos   # swap-and-shrink: the moved entry learns its new position
+        if b.len == 0 and bucket != self._current:
+            self._clear_bit(bucket)
+        if b.cap > 64 and b.len < (b.cap >> 2):   # give memory back after a mass cancel; never below 64
+            items = <uint32_t*>PyMem_Realloc(b.items, (b.cap >> 1) * sizeof(uint32_t))
+            if items != NULL:
+                b.items = items
+                b.cap >>= 1
+
+    cdef int _reserve_entry(self) except -1:
+        """Make sure _alloc() will not fail (grow the pool by half), before anything is changed."""
+        cdef uint32_t cap
+        cdef Entry* entries
+        if self._free != C_ID_MASK or self._size < self._capacity:
+            return 0
+        if self._size >= C_ID_MASK:
+            raise OverflowError(f"a wheel holds at most {ID_MASK} timers")
+        cap = self._capacity + (self._capacity >> 1) if self._capacity else 64
+        if cap > C_ID_MASK or cap < self._capacity:
+            cap = C_ID_MASK
+        entries = <Entry*>PyMem_Realloc(self._entries, cap * sizeof(Entry))
+        if entries == NULL:
+            raise MemoryError()
+        self._entries = entries
+        self._items.extend([None] * (cap - self._capacity))
+        self._capacity = cap
+        return 0
+
+    cdef inline uint32_t _alloc(self) noexcept:
+        cdef uint32_t idx = self._free
+        if idx != C_ID_MASK:
+            self._free = self._entries[idx].pos
+            return idx
+        idx = self._size
+        self._size += 1
+        self._entries[idx].gen = 1
+        return idx
+
+    cdef inline object _release(self, uint32_t idx):
+        """Put entry `idx` (already unlinked) on the free list; return its item. Its id is now stale."""
+        cdef Entry* entry = &self._entries[idx]
+        entry.gen += 1
+        entry.bucket = C_FREE
+        entry.pos = self._free
+        self._free = idx
+        item = self._items[idx]
+        self._items[idx] = None
+        self._count -= 1
+        return item
+
+    cdef int64_t _lookup(self, object timer_id) except -2:
+        """The pool index of a pending timer, or -1. TypeError if timer_id is not an int."""
+        cdef int overflow = 0
+        cdef long long v
+        cdef uint64_t gen
+        cdef uint32_t idx
+        cdef Entry* entry
+        _check_id(timer_id)
+        v = PyLong_AsLongLongAndOverflow(timer_id, &overflow)
+        if overflow == 0:
+            if v <= 0:
+                return -1
+            idx = <uint32_t>(v & C_ID_MASK)
+            gen = <uint64_t>v >> C_ID_BITS
+        elif overflow < 0 or timer_id >> (C_ID_BITS + 64):
+            return -1
+        else:   # an id of a generation past 2**31
+            idx = <uint32_t>(timer_id & ID_MASK)
+            gen = <uint64_t>(timer_id >> C_ID_BITS)
+        if idx >= self._size:
+            return -1
+        entry = &self._entries[idx]
+        if entry.gen != gen or entry.bucket == C_FREE:
+            return -1
+        return idx
+
+    cdef object _insert(self, double due, int64_t tick, object item):
+        cdef int bucket = self._bucket_for(tick)
+        self._reserve(bucket)
+        self._reserve_entry()
+        cdef uint32_t idx = self._alloc()
+        cdef Entry* entry = &self._entries[idx]
+        entry.due = due
+        entry.tick = tick
+        self._seq += 1
+        entry.seq = self._seq
+        self._items[idx] = item
+        self._link(idx, bucket)
+        if self._count == 0:
+            self._min_due = due
+            self._min_valid = True
+        elif self._min_valid and due < self._min_due:
+            self._min_due = due
+        self._count += 1
+        return _make_id(entry.gen, idx)
+
+    # -- the public operations ------------------------------------------------------------------------
+
+    def add(self, delay, item):
+        """Add a timer due at now + `delay` seconds carrying `item`; return its id. O(1).
+
+        Raises ValueError if delay is negative or not finite, OverflowError past 2**62 ticks.
+        """
+        cdef double d = _seconds(delay, "delay")
+        if d < 0:
+            raise ValueError(f"delay must be >= 0, got {d!r}")
+        cdef double due = self._now + d
+        return self._insert(due, self._tick_of(due, "delay"), item)
+
+    def add_at(self, due, item):
+        """Add a timer due at the absolute time `due`; return its id. O(1). A past due comes out next."""
+        cdef double at = _seconds(due, "due")
+        return self._insert(at, self._tick_of(at, "due"), item)
+
+    def cancel(self, timer_id):
+        """Remove a pending timer. O(1). True if it was pending; False if unknown, fired or cancelled."""
+        cdef int64_t idx = self._lookup(timer_id)
+        if idx < 0:
+            return False
+        if self._min_valid and self._entries[idx].due <= self._min_due:
+            self._min_valid = False
+        self._unlink(<uint32_t>idx)
+        self._release(<uint32_t>idx)
+        return True
+
+    def reschedule(self, timer_id, delay):
+        """Move a pending timer to now + `delay`, keeping its id. O(1); not moved if the slot is the same.
+
+        True if the timer was pending; False (and nothing changes) otherwise.
+        """
+        _check_id(timer_id)
+        cdef double d = _seconds(delay, "delay")
+        if d < 0:
+            raise ValueError(f"delay must be >= 0, got {d!r}")
+        cdef double due = self._now + d
+        cdef int64_t tick = self._tick_of(due, "delay")
+        cdef int64_t idx = self._lookup(timer_id)
+        if idx < 0:
+            return False
+        cdef Entry* entry = &self._entries[idx]
+        cdef int bucket = self._bucket_for(tick)
+        cdef int slot
+        if bucket != entry.bucket:
+            self._reserve(bucket)
+        if self._min_valid and entry.due <= self._min_due:
+            self._min_valid = False
+        entry.due = due
+        entry.tick = tick
+        self._seq += 1
+        entry.seq = self._seq
+        if bucket != entry.bucket:
+            self._unlink(<uint32_t>idx)
+            self._link(<uint32_t>idx, bucket)
+        elif bucket != self._current and (bucket >> self._bits) == self._top:
+            slot = bucket & (self._slots - 1)   # same top slot, maybe another epoch: keep the bound a bound
+            self._top_epoch[slot] = min(self._top_epoch[slot], tick >> self._span_bits)
+        if self._min_valid and due < self._min_due:
+            self._min_due = due
+        return True
+
+    def due(self, timer_id):
+        """The exact due of a pending timer, or None. O(1). TypeError if timer_id is not an int."""
+        cdef int64_t idx = self._lookup(timer_id)
+        return None if idx < 0 else self._entries[idx].due
+
+    def __contains__(self, timer_id):
+        """`timer_id in wheel`: True while the timer is pending. TypeError if timer_id is not an int."""
+        return self._lookup(timer_id) >= 0
+
+    def clear(self):
+        """Remove every pending timer; their ids become stale. `now` is kept. O(pending)."""
+        cdef int bucket
+        cdef uint32_t i
+        cdef Bucket* b
+        for bucket in range(self._current + 1):
+            b = &self._buckets[bucket]
+            for i in range(b.len):
+                self._release(b.items[i])
+            b.len = 0
+        memset(self._bitmaps, 0, (self._top + 1) * self._words * sizeof(uint64_t))
+        self._min_valid = False
+
+    # -- time -----------------------------------------------------------------------------------------
+
+    cdef int _next_event(self, int64_t* tick) noexcept:
+        """The bucket of the first non-empty slot after the current tick (its start in *tick), or -1.
+
+        Below the top level every occupied slot lies after the current digit (aligned blocks): the level's
+        lowest set bit is its next slot, and lower levels come first.
+        """
+        cdef int level, w, slot, shift
+        cdef uint64_t word
+        for level in range(self._top):
+            for w in range(self._words):
+                word = self._bitmaps[level * self._words + w]
+                if word:
+                    slot = (w << 6) + tw_ctz64(word)
+                    shift = (level + 1) * self._bits
+                    tick[0] = ((self._elapsed >> shift) << shift) | (<int64_t>slot << (level * self._bits))
+                    return level * self._slots + slot
+        return self._top_event(tick)
+
+    cdef int _top_event(self, int64_t* tick) noexcept:
+        cdef int w, slot, best = -1
+        cdef int64_t t, best_tick = -1
+        cdef uint64_t word
+        cdef uint64_t* bitmap = &self._bitmaps[self._top * self._words]
+        for w in range(self._words):
+            word = bitmap[w]
+            while word:
+                slot = (w << 6) + tw_ctz64(word)
+                word &= word - 1
+                t = (self._top_epoch[slot] << self._span_bits) | (<int64_t>slot << (self._top * self._bits))
+                if best < 0 or t < best_tick:
+                    best_tick = t
+                    best = self._top * self._slots + slot
+        tick[0] = best_tick
+        return best
+
+    cdef int _cascade(self, int bucket) except -1:
+        """Place each timer of a slot whose block has begun again, relative to the current tick (in place).
+
+        Timers staying in this very slot (a top slot's later epochs) are compacted to its front. If a target
+        slot cannot grow (MemoryError), the timers not yet moved stay here, where the next advance() finds
+        them again: none is lost.
+        """
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef uint32_t i = 0, keep = 0, n = b.len, idx
+        cdef int target
+        cdef int64_t epoch = -1, e
+        cdef Entry* entry
+        cdef bint done = False
+        try:
+            while i < n:
+                idx = b.items[i]
+                entry = &self._entries[idx]
+                target = self._bucket_for(entry.tick)
+                if target == bucket:
+                    b.items[keep] = idx
+                    entry.pos = keep
+                    keep += 1
+                    e = entry.tick >> self._span_bits
+                    epoch = e if epoch < 0 or e < epoch else epoch
+                else:
+                    self._reserve(target)
+                    self._link(idx, target)
+                i += 1
+            done = True
+        finally:
+            while i < n:   # only after an error: keep the rest here
+                idx = b.items[i]
+                b.items[keep] = idx
+                self._entries[idx].pos = keep
+                keep += 1
+                i += 1
+            b.len = keep
+            if keep == 0:
+                self._clear_bit(bucket)
+            elif done and epoch >= 0:   # after an error the old bound is still a lower bound
+                self._top_epoch[bucket & (self._slots - 1)] = epoch
+        return 0
+
+    cdef int _expire_current(self, double now, list fired) except -1:
+        """Move every timer of the CURRENT bucket whose due is <= now to `fired`, by (due, seq)."""
+        cdef Bucket* b = &self._buckets[self._current]
+        cdef uint32_t i, keep = 0, n = 0, idx
+        cdef bint ordered = True
+        cdef Entry* entry
+        cdef Fired* f
+        if b.len == 0:
+            return 0
+        if self._scratch_cap < b.len:
+            f = <Fired*>PyMem_Realloc(self._scratch, b.len * sizeof(Fired))
+            if f == NULL:
+                raise MemoryError()
+            self._scratch = f
+            self._scratch_cap = b.len
+        f = self._scratch
+        for i in range(b.len):
+            idx = b.items[i]
+            entry = &self._entries[idx]
+            if entry.due <= now:
+                f[n].due = entry.due
+                f[n].seq = entry.seq
+                f[n].idx = idx
+                if n and (f[n - 1].due > entry.due or (f[n - 1].due == entry.due and f[n - 1].seq > entry.seq)):
+                    ordered = False
+                n += 1
+            else:
+                b.items[keep] = idx
+                entry.pos = keep
+                keep += 1
+        b.len = keep
+        if not ordered:
+            qsort(f, n, sizeof(Fired), _fired_cmp)
+        for i in range(n):
+            idx = f[i].idx
+            timer_id = _make_id(self._entries[idx].gen, idx)   # before _release bumps the generation
+            fired.append((timer_id, self._release(idx)))
+        return 0
+
+    def advance(self, now):
+        """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
+
+        Ordered by due, ties in the order added. Cost: the non-empty slots passed and the timers moved,
+        never the ticks elapsed. ValueError if now is not finite or goes backwards.
+        """
+        cdef double t = _seconds(now, "now")
+        if t < self._now:
+            raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
+        cdef int64_t target = self._tick_of(t, "now")
+        cdef list fired = []
+        cdef int64_t tick = 0
+        cdef int bucket
+        self._expire_current(t, fired)
+        while True:
+            bucket = self._next_event(&tick)
+            if bucket < 0 or tick > target:
+                break
+            self._elapsed = tick
+            self._cascade(bucket)
+            self._expire_current(t, fired)
+        self._elapsed = target
+        self._now = t
+        if fired:
+            self._min_valid = False
+        return fired
+
+    def next_due(self):
+        """The exact earliest due among pending timers, or None. Cached; reads one slot when it must."""
+        cdef Bucket* b
+        cdef uint32_t i
+        cdef double m
+        if self._count == 0:
+            return None
+        if self._min_valid:
+            return self._min_due
+        b = &self._buckets[self._current]
+        if b.len == 0:
+            b = &self._buckets[self._first_slot()]
+        m = self._entries[b.items[0]].due
+        for i in range(1, b.len):
+            if self._entries[b.items[i]].due < m:
+                m = self._entries[b.items[i]].due
+        self._min_due = m
+        self._min_valid = True
+        return m
+
+    cdef int _first_slot(self) noexcept:
+        """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
+        cdef int64_t tick = 0, exact
+        cdef int bucket, slot
+        cdef uint32_t i
+        cdef Bucket* b
+        while True:
+            bucket = self._next_event(&tick)
+            if (bucket >> self._bits) != self._top:
+                return bucket
+            b = &self._buckets[bucket]
+            exact = self._entries[b.items[0]].tick
+            for i in range(1, b.len):
+                if self._entries[b.items[i]].tick < exact:
+                    exact = self._entries[b.items[i]].tick
+            exact >>= self._span_bits
+            slot = bucket & (self._slots - 1)
+            if exact == self._top_epoch[slot]:
+                return bucket
+            self._top_epoch[slot] = exact   # was a stale lower bound (its earliest timer left): look again
+
+    # -- invariants -----------------------------------------------------------------------------------
+
+    def _location(self, timer_id):
+        """(level, slot, position) of a pending timer; level == levels used for CURRENT. For tests."""
+        cdef int64_t idx = self._lookup(timer_id)
+        if idx < 0:
+            return None
+        cdef Entry* entry = &self._entries[idx]
+        return entry.bucket >> self._bits, entry.bucket & (self._slots - 1), entry.pos
+
+    def _check(self):
+        """Check the bookkeeping (index, positions, bitmaps, bounds, counts, cache); AssertionError if off."""
+        cdef int bucket, level, slot
+        cdef uint32_t pos, idx, free = 0
+        cdef Py_ssize_t seen = 0
+        cdef Entry* entry
+        cdef int64_t top_tick = 0
+        cdef double m = math.inf
+        elapsed = self._elapsed
+        assert elapsed == self._tick_of(self._now, "now")
+        for bucket in range(self._current + 1):
+            for pos in range(self._buckets[bucket].len):
+                idx = self._buckets[bucket].items[pos]
+                assert idx < self._size
+                entry = &self._entries[idx]
+                assert entry.bucket == bucket and entry.pos == pos, (bucket, pos, idx)
+                assert entry.tick == self._tick_of(entry.due, "due")
+                m = min(m, entry.due)
+                if bucket == self._current:
+                    assert entry.tick <= elapsed
+                else:
+                    level = bucket >> self._bits
+                    slot = bucket & (self._slots - 1)
+                    assert entry.tick > elapsed
+                    assert level_for(elapsed, entry.tick, self._bits, self._top) == level
+                    assert slot_for(entry.tick, level, self._bits) == slot
+                    if level == self._top:
+                        assert self._top_epoch[slot] <= entry.tick >> self._span_bits
+                        self._top_event(&top_tick)
+                        assert top_tick > elapsed
+            seen += self._buckets[bucket].len
+            if bucket != self._current:
+                level = bucket >> self._bits
+                slot = bucket & (self._slots - 1)
+                bit = (self._bitmaps[level * self._words + (slot >> 6)] >> (slot & 63)) & 1
+                assert bool(bit) == (self._buckets[bucket].len > 0), bucket
+        assert seen == self._count
+        idx = self._free
+        while idx != C_ID_MASK:
+            assert self._entries[idx].bucket == C_FREE and self._items[idx] is None
+            free += 1
+            idx = self._entries[idx].pos
+        assert free + self._count == self._size
+        if self._min_valid and self._count:
+            assert self._min_due == m, "stale next_due cache"

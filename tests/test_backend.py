@@ -1,0 +1,49 @@
+"""Which backend is in use, and the public names of the package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import timerwheel
+from timerwheel import _core_py
+
+from .conftest import NO_EXTENSIONS
+
+
+@pytest.mark.skipif(NO_EXTENSIONS, reason="the pure-Python run sets TIMERWHEEL_NO_EXTENSIONS on purpose")
+def test_cython_backend_loaded() -> None:
+    """A normal install must have built and loaded the extension: fails if the build silently fell back."""
+    assert timerwheel.BACKEND == "cython"
+    from timerwheel import _core_c
+
+    assert timerwheel.TimerWheel is _core_c.TimerWheel
+    assert _core_c.__file__.endswith((".so", ".pyd"))
+
+
+def test_env_var_selects_python() -> None:
+    code = "import timerwheel; print(timerwheel.BACKEND, timerwheel.TimerWheel.__module__)"
+    env = dict(os.environ, TIMERWHEEL_NO_EXTENSIONS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["python", "timerwheel._core_py"]
+
+
+def test_no_python_wrapper_on_the_hot_path() -> None:
+    """wheel.add and friends are the backend's own methods: nothing sits between the user and the C code."""
+    if timerwheel.BACKEND == "cython":
+        from timerwheel import _core_c
+
+        assert timerwheel.TimerWheel is _core_c.TimerWheel
+        assert type(timerwheel.TimerWheel().add).__name__ == "builtin_function_or_method"
+    else:
+        assert timerwheel.TimerWheel is _core_py.TimerWheel
+
+
+def test_public_names() -> None:
+    assert sorted(timerwheel.__all__) == sorted(["BACKEND", "TimerWheel", "__version__"])
+    for name in timerwheel.__all__:
+        assert hasattr(timerwheel, name), name
+    assert isinstance(timerwheel.__version__, str)

@@ -1,0 +1,421 @@
+"""TimerWheel behaviour, run against both backends through the `core` fixture."""
+
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+from fractions import Fraction
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+
+def make(core: ModuleType, *args: Any, **kwargs: Any) -> Any:
+    wheel = core.TimerWheel(*args, **kwargs)
+    wheel._check()
+    return wheel
+
+
+# -- construction ------------------------------------------------------------------------------------
+
+
+def test_defaults(core: ModuleType) -> None:
+    w = make(core)
+    assert (w.resolution, w.slots, w.levels, w.now, len(w)) == (0.001, 64, 4, 0.0, 0)
+    assert w.next_due() is None
+    assert w.advance(1.0) == []
+    assert repr(w) == "TimerWheel(resolution=0.001, slots=64, levels=4, now=1.0, pending=0)"
+
+
+def test_start(core: ModuleType) -> None:
+    w = make(core, 0.01, start=1000.0)
+    assert w.now == 1000.0
+    tid = w.add(0.5, "x")
+    assert w.due(tid) == 1000.5
+    with pytest.raises(ValueError, match="now must not go backwards"):
+        w.advance(999.0)
+    assert w.advance(1000.5) == [(tid, "x")]
+
+
+def test_readonly_geometry(core: ModuleType) -> None:
+    w = make(core)
+    for name in ("resolution", "slots", "levels", "now"):
+        with pytest.raises(AttributeError):
+            setattr(w, name, 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"resolution": 0}, ValueError, "resolution must be > 0"),
+        ({"resolution": -1.0}, ValueError, "resolution must be > 0"),
+        ({"resolution": math.inf}, ValueError, "resolution must be finite"),
+        ({"resolution": math.nan}, ValueError, "resolution must be finite"),
+        ({"resolution": "1"}, TypeError, "resolution must be a real number, not str"),
+        ({"slots": 48}, ValueError, "slots must be a power of two from 4 to 4096, got 48"),
+        ({"slots": 2}, ValueError, "slots must be a power of two"),
+        ({"slots": 8192}, ValueError, "slots must be a power of two"),
+        ({"slots": 64.0}, TypeError, "slots must be an int, not float"),
+        ({"slots": True}, TypeError, "slots must be an int, not bool"),
+        ({"levels": 0}, ValueError, "levels must be from 1 to 8, got 0"),
+        ({"levels": 9}, ValueError, "levels must be from 1 to 8, got 9"),
+        ({"levels": "4"}, TypeError, "levels must be an int, not str"),
+        ({"start": math.nan}, ValueError, "start must be finite"),
+    ],
+)
+def test_bad_geometry(core: ModuleType, kwargs: dict[str, Any], exc: type[Exception], message: str) -> None:
+    with pytest.raises(exc, match=message):
+        core.TimerWheel(**kwargs)
+
+
+@pytest.mark.parametrize("slots", [4, 8, 64, 256, 1024, 4096])
+@pytest.mark.parametrize("levels", [1, 2, 4, 8])
+def test_every_documented_geometry_works(core: ModuleType, slots: int, levels: int) -> None:
+    w = make(core, 0.001, slots=slots, levels=levels)
+    delays = [0.0, 0.0005, 0.001, 0.063, 0.064, 0.065, 4.1, 300.0, 1e5, 1e9]
+    ids = [w.add(d, d) for d in delays]
+    w._check()
+    assert w.next_due() == 0.0
+    assert [item for _, item in w.advance(2e9)] == delays
+    assert [tid for tid, _ in []] == []
+    assert all(tid not in w for tid in ids)
+    w._check()
+
+
+# -- add, due, ordering ------------------------------------------------------------------------------
+
+
+def test_add_returns_positive_unique_ids(core: ModuleType) -> None:
+    w = make(core)
+    ids = [w.add(0.001 * (i % 7), i) for i in range(1000)]
+    assert len(set(ids)) == 1000
+    assert all(isinstance(t, int) and t > 0 for t in ids)
+
+
+def test_fires_in_due_order_ties_in_add_order(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(0.005, "a")
+    b = w.add(0.002, "b")
+    c = w.add(0.005, "c")
+    d = w.add_at(0.002, "d")
+    e = w.add(0.0025, "e")
+    assert w.advance(0.01) == [(b, "b"), (d, "d"), (e, "e"), (a, "a"), (c, "c")]
+    assert len(w) == 0
+
+
+def test_exact_not_rounded_to_tick(core: ModuleType) -> None:
+    """Two timers in the same 1 s tick: each comes out exactly at its own due, not at the tick."""
+    w = make(core, 1.0)
+    early = w.add(0.25, "early")
+    late = w.add(0.75, "late")
+    assert w.advance(0.2499) == []
+    assert w.next_due() == 0.25
+    assert w.advance(0.25) == [(early, "early")]
+    assert w.advance(0.7499999) == []
+    assert w.next_due() == 0.75
+    assert w.advance(0.75) == [(late, "late")]
+
+
+def test_never_before_due(core: ModuleType) -> None:
+    w = make(core, 0.01)
+    tid = w.add(1.0, None)
+    t = 0.0
+    while True:
+        t += 0.0037
+        out = w.advance(t)
+        if out:
+            assert t >= 1.0 and t - 0.0037 < 1.0
+            assert out == [(tid, None)]
+            break
+
+
+def test_zero_delay_and_past_due(core: ModuleType) -> None:
+    w = make(core, start=10.0)
+    w.advance(20.0)
+    now_id = w.add(0, "now")
+    past_id = w.add_at(-1e300, "long ago")
+    recent = w.add_at(19.9995, "recent")
+    assert w.next_due() == -1e300
+    assert w.advance(20.0) == [(past_id, "long ago"), (recent, "recent"), (now_id, "now")]
+
+
+def test_advance_same_now_is_allowed(core: ModuleType) -> None:
+    w = make(core)
+    w.advance(1.0)
+    tid = w.add(0, "x")
+    assert w.advance(1.0) == [(tid, "x")]
+    assert w.advance(1.0) == []
+
+
+def test_due_and_contains(core: ModuleType) -> None:
+    w = make(core)
+    tid = w.add(2.5, "x")
+    assert tid in w
+    assert w.due(tid) == 2.5
+    w.advance(3)
+    assert tid not in w
+    assert w.due(tid) is None
+    assert w.due(12345) is None
+    assert 0 not in w and -5 not in w and 2**200 not in w
+
+
+def test_accepts_ints_and_real_numbers(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(1, "int")
+    b = w.add(Fraction(1, 2), "fraction")
+    c = w.add_at(True, "bool")
+    assert (w.due(a), w.due(b), w.due(c)) == (1.0, 0.5, 1.0)
+
+
+# -- cancel ------------------------------------------------------------------------------------------
+
+
+def test_cancel(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(1.0, "a")
+    b = w.add(1.0, "b")
+    assert w.cancel(a) is True
+    assert w.cancel(a) is False
+    assert len(w) == 1
+    w._check()
+    assert w.advance(2.0) == [(b, "b")]
+    assert w.cancel(b) is False
+    assert w.cancel(999_999) is False
+    assert w.cancel(-1) is False
+    assert w.cancel(2**100) is False
+
+
+def test_stale_id_never_touches_a_newer_timer(core: ModuleType) -> None:
+    w = make(core)
+    old = w.add(1.0, "old")
+    assert w.cancel(old)
+    new = w.add(1.0, "new")  # reuses the pool entry
+    assert new != old
+    assert w.cancel(old) is False
+    assert w.reschedule(old, 5.0) is False
+    assert w.due(old) is None and old not in w
+    assert w.due(new) == 1.0
+    fired = w.advance(1.0)
+    assert fired == [(new, "new")]
+    again = w.add(1.0, "again")
+    assert again not in (old, new)
+    assert w.cancel(new) is False
+
+
+def test_ids_unique_over_many_reuses(core: ModuleType) -> None:
+    w = make(core)
+    seen = set()
+    for _ in range(5000):
+        tid = w.add(0.5, None)
+        seen.add(tid)
+        assert w.cancel(tid)
+    assert len(seen) == 5000
+
+
+@pytest.mark.parametrize("bad", ["1", 1.0, None, (1,)])
+def test_timer_id_must_be_int(core: ModuleType, bad: Any) -> None:
+    w = make(core)
+    w.add(1.0, None)
+    for call in (w.cancel, w.due, lambda t: w.reschedule(t, 1.0), lambda t: t in w):
+        with pytest.raises(TypeError, match="timer_id must be an int"):
+            call(bad)
+    assert len(w) == 1
+
+
+# -- reschedule --------------------------------------------------------------------------------------
+
+
+def test_reschedule_keeps_id_and_moves_due(core: ModuleType) -> None:
+    w = make(core)
+    tid = w.add(1.0, "x")
+    w.advance(0.5)
+    assert w.reschedule(tid, 2.0) is True
+    assert w.due(tid) == 2.5
+    w._check()
+    assert w.advance(1.0) == []
+    assert w.advance(2.5) == [(tid, "x")]
+    assert w.reschedule(tid, 1.0) is False
+
+
+def test_reschedule_earlier(core: ModuleType) -> None:
+    w = make(core)
+    tid = w.add(100.0, "x")
+    assert w.next_due() == 100.0
+    assert w.reschedule(tid, 0.001)
+    assert w.next_due() == 0.001
+    assert w.advance(0.001) == [(tid, "x")]
+
+
+def test_reschedule_counts_as_fresh_add_for_ties(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(1.0, "a")
+    b = w.add(1.0, "b")
+    w.reschedule(a, 1.0)
+    assert w.advance(1.0) == [(b, "b"), (a, "a")]
+
+
+def test_reschedule_in_same_slot_does_not_move(core: ModuleType) -> None:
+    """The keep-alive case: a new due in the same slot leaves the entry where it is."""
+    w = make(core)  # level 2 slots are 4.096 s wide
+    ids = [w.add(10.0, i) for i in range(3)]
+    before = [w._location(t) for t in ids]
+    assert before[0][0] == 2
+    assert w.reschedule(ids[0], 10.5)
+    assert [w._location(t) for t in ids] == before
+    assert w.reschedule(ids[0], 100.0)  # another slot: it moves, and the last entry fills its place
+    assert w._location(ids[0]) != before[0]
+    assert w._location(ids[2]) == before[0]
+    w._check()
+
+
+@pytest.mark.parametrize(
+    ("delay", "exc", "message"),
+    [
+        (-0.001, ValueError, "delay must be >= 0"),
+        (math.inf, ValueError, "delay must be finite"),
+        (math.nan, ValueError, "delay must be finite"),
+        ("1", TypeError, "delay must be a real number, not str"),
+        (None, TypeError, "delay must be a real number, not NoneType"),
+        (10**400, OverflowError, "delay is too large"),
+        (1e300, OverflowError, "delay is too far ahead"),
+    ],
+)
+def test_bad_delay_changes_nothing(core: ModuleType, delay: Any, exc: type[Exception], message: str) -> None:
+    w = make(core)
+    tid = w.add(1.0, "x")
+    snapshot = (len(w), w.next_due(), w.due(tid), w._location(tid), w.now)
+    with pytest.raises(exc, match=message):
+        w.add(delay, "y")
+    with pytest.raises(exc, match=message):
+        w.reschedule(tid, delay)
+    with pytest.raises(exc, match=message):
+        w.reschedule(tid + 1, delay)  # argument errors come before the lookup
+    assert (len(w), w.next_due(), w.due(tid), w._location(tid), w.now) == snapshot
+    w._check()
+
+
+@pytest.mark.parametrize(
+    ("value", "exc", "message"),
+    [
+        (math.inf, ValueError, "must be finite"),
+        (-math.inf, ValueError, "must be finite"),
+        (math.nan, ValueError, "must be finite"),
+        ("now", TypeError, "must be a real number, not str"),
+        (1e300, OverflowError, "is too far ahead"),
+    ],
+)
+def test_bad_due_and_now_change_nothing(
+    core: ModuleType, value: Any, exc: type[Exception], message: str
+) -> None:
+    w = make(core)
+    tid = w.add(1.0, "x")
+    with pytest.raises(exc, match="due " + message):
+        w.add_at(value, "y")
+    with pytest.raises(exc, match="now " + message):
+        w.advance(value)
+    assert len(w) == 1 and w.now == 0.0 and w.due(tid) == 1.0
+    w._check()
+
+
+def test_time_does_not_go_backwards(core: ModuleType) -> None:
+    w = make(core)
+    tid = w.add(5.0, None)
+    w.advance(2.0)
+    with pytest.raises(ValueError, match=r"now must not go backwards: 1\.0 < wheel\.now 2\.0"):
+        w.advance(1.0)
+    assert w.now == 2.0 and tid in w
+
+
+# -- next_due and advance over gaps ------------------------------------------------------------------
+
+
+def test_next_due_is_exact_across_levels(core: ModuleType) -> None:
+    w = make(core, 0.001, slots=4, levels=2)  # span 16 ticks: most of these are beyond it
+    dues = [0.0031, 0.0179, 0.3337, 12.5, 0.0178]
+    ids = {w.add_at(d, d): d for d in dues}
+    for expected in sorted(dues):
+        assert w.next_due() == expected
+        out = w.advance(expected)
+        assert [item for _, item in out] == [expected]
+        w._check()
+    assert w.next_due() is None
+    assert len(ids) == 5
+
+
+def test_next_due_after_cancel_of_min(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(1.0, "a")
+    w.add(2.0, "b")
+    w.add(3.0, "c")
+    assert w.next_due() == 1.0
+    w.cancel(a)
+    assert w.next_due() == 2.0
+    w.advance(2.0)
+    assert w.next_due() == 3.0
+
+
+def test_huge_gap_is_cheap(core: ModuleType) -> None:
+    """10**13 ticks in one advance: cost follows the non-empty slots, not the ticks (no per-tick loop)."""
+    w = make(core, 0.001, slots=4, levels=2)
+    far = w.add(1e10, "far")  # 10**13 ticks, ~6e11 spans of this tiny wheel
+    near = w.add(0.5, "near")
+    assert w.advance(1e10 - 1) == [(near, "near")]
+    assert w.next_due() == 1e10
+    assert w.advance(1e10) == [(far, "far")]
+    w._check()
+
+
+def test_many_far_timers_come_out_in_order(core: ModuleType) -> None:
+    w = make(core, 0.001, slots=4, levels=1)  # every timer past 4 ms counts rounds
+    dues = [0.001 * k * 7.3 for k in range(200)]
+    for d in reversed(dues):
+        w.add_at(d, d)
+    out: list[float] = []
+    t = 0.0
+    while len(w):
+        t += 0.05
+        out += [item for _, item in w.advance(t)]
+        w._check()
+    assert out == sorted(dues)
+
+
+def test_clear(core: ModuleType) -> None:
+    w = make(core)
+    ids = [w.add(i * 0.7, i) for i in range(100)]
+    w.advance(3.0)
+    w.clear()
+    w._check()
+    assert len(w) == 0 and w.next_due() is None and w.now == 3.0
+    assert not any(t in w for t in ids)
+    assert not any(w.cancel(t) for t in ids)
+    tid = w.add(1.0, "after")
+    assert w.advance(4.0) == [(tid, "after")]
+
+
+def test_items_are_any_object(core: ModuleType) -> None:
+    w = make(core)
+    items = [None, 0, "s", (1, 2), object(), w]
+    ids = [w.add(0.001, it) for it in items]
+    out = w.advance(1)
+    assert [t for t, _ in out] == ids
+    assert all(a is b for (_, a), b in zip(out, items, strict=True))
+
+
+def test_not_picklable_or_copyable(core: ModuleType) -> None:
+    w = make(core)
+    for action in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="cannot be pickled or copied"):
+            action(w)
+
+
+def test_twins_have_the_same_public_names(core: ModuleType) -> None:
+    from timerwheel import _core_py
+
+    def public(obj: object) -> set[str]:
+        return {n for n in dir(obj) if not n.startswith("_")} | {"_check", "_location"}
+
+    assert public(core.TimerWheel) == public(_core_py.TimerWheel)
+    for name in _core_py.__all__:
+        assert getattr(core, name) == getattr(_core_py, name) or callable(getattr(core, name))

@@ -1,0 +1,113 @@
+"""Table-driven placement tests: level, slot and rounds at one tick either side of every level boundary."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from timerwheel import _core_py
+
+
+def boundary_cases(bits: int, levels: int) -> list[tuple[int, int, int]]:
+    """(elapsed, tick, expected level) at +-1 tick of every level boundary, from a few starting ticks."""
+    slots = 1 << bits
+    top = min(levels, -(-62 // bits)) - 1
+    cases = []
+    for elapsed in (0, 1, slots - 1, slots**2 + 5, 3 * slots**3 - 1):
+        for level in range(top + 2):
+            span = slots ** (level + 1)  # the first tick of the next block at this level
+            boundary = (elapsed // span + 1) * span
+            for tick in (boundary - 1, boundary, boundary + 1):
+                if elapsed < tick < 2**62:
+                    highest = ((elapsed ^ tick).bit_length() - 1) // bits
+                    cases.append((elapsed, tick, min(highest, top)))
+    return cases
+
+
+@pytest.mark.parametrize(("bits", "levels"), [(2, 1), (2, 2), (3, 3), (6, 4), (10, 8)])
+def test_level_slot_rounds_at_every_boundary(core: ModuleType, bits: int, levels: int) -> None:
+    slots = 1 << bits
+    cases = boundary_cases(bits, levels)
+    assert len(cases) > 20
+    top = min(levels, -(-62 // bits)) - 1
+    span_bits = min((top + 1) * bits, 62)
+    for elapsed, tick, level in cases:
+        assert core.level_for(elapsed, tick, bits, top) == level, (elapsed, tick)
+        assert core.slot_for(tick, level, bits) == (tick // slots**level) % slots
+        assert core.rounds_for(elapsed, tick, span_bits) == tick // 2**span_bits - elapsed // 2**span_bits
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "tick", "level", "slot", "rounds"),
+    [
+        # 64 slots, 4 levels: level spans 64, 4096, 262144, 16777216 ticks
+        (0, 1, 0, 1, 0),
+        (0, 63, 0, 63, 0),
+        (0, 64, 1, 1, 0),
+        (63, 64, 1, 1, 0),  # one tick apart, but across a level-1 block boundary: aligned blocks
+        (64, 127, 0, 63, 0),
+        (0, 4095, 1, 63, 0),
+        (0, 4096, 2, 1, 0),
+        (0, 262143, 2, 63, 0),
+        (0, 262144, 3, 1, 0),
+        (0, 16777215, 3, 63, 0),
+        (0, 16777216, 3, 0, 1),  # beyond the span: the top level, one round on
+        (0, 16777216 * 5 + 262144 * 7, 3, 7, 5),
+        (16777215, 16777216, 3, 0, 1),
+    ],
+)
+def test_default_geometry_table(
+    core: ModuleType, elapsed: int, tick: int, level: int, slot: int, rounds: int
+) -> None:
+    assert core.level_for(elapsed, tick, 6, 3) == level
+    assert core.slot_for(tick, level, 6) == slot
+    assert core.rounds_for(elapsed, tick, 24) == rounds
+
+
+@pytest.mark.parametrize(
+    ("ticks", "level"),
+    [
+        (0, 4),
+        (1, 0),
+        (63, 0),
+        (64, 1),
+        (4095, 1),
+        (4096, 2),
+        (262143, 2),
+        (262144, 3),
+        (16777215, 3),
+        (16777216, 3),
+    ],
+)
+def test_wheel_places_timers_by_tick(core: ModuleType, ticks: int, level: int) -> None:
+    """The wheel itself (not only the helpers) stores a timer `ticks` ahead at the expected level.
+
+    Level 4 (the number of levels) is the CURRENT bucket: due within the current tick. Dues sit in the
+    middle of their tick so that rounding cannot move them across a boundary.
+    """
+    w = core.TimerWheel(1.0)
+    tid = w.add(ticks + 0.5, None)
+    assert w._location(tid)[0] == level
+    w._check()
+
+
+def test_tick_rounding_at_boundaries(core: ModuleType) -> None:
+    """Seconds become ticks in one function: floor((t - start) / resolution), computed in doubles.
+
+    An exact multiple of a binary fraction lands exactly; a decimal multiple may land a tick low (0.3 / 0.1
+    is 2.9999999999999996), which is harmless because the due itself is compared exactly.
+    """
+    w = core.TimerWheel(0.25)
+    for due, level in [(0.24999, 4), (0.25, 0), (0.5, 0), (15.99, 0), (16.0, 1), (16.0 - 1e-12, 0)]:
+        tid = w.add_at(due, None)
+        assert w._location(tid)[0] == level, due
+    w2 = core.TimerWheel(0.1)
+    tid = w2.add_at(0.3, "x")
+    assert w2._location(tid)[:2] == (0, 2)  # 2.9999999999999996 ticks: slot 2, not 3
+    assert w2.advance(0.2999999) == []
+    assert w2.advance(0.3) == [(tid, "x")]
+
+
+def test_python_twin_names_match_helpers() -> None:
+    assert _core_py.level_for(0, 64, 6, 3) == 1
