@@ -42,8 +42,39 @@ def test_no_python_wrapper_on_the_hot_path() -> None:
         assert timerwheel.TimerWheel is _core_py.TimerWheel
 
 
+PUBLIC = [
+    "BACKEND",
+    "AlreadyRunningError",
+    "Backpressure",
+    "ClosedError",
+    "HeapScheduler",
+    "JobEvent",
+    "Missed",
+    "NotStartedError",
+    "RepeatMode",
+    "Scheduler",
+    "Stats",
+    "TimerInfo",
+    "TimerWheel",
+    "TimerWheelError",
+    "__version__",
+]
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    import timerwheel.testing
+
+    names = [getattr(timerwheel, n) for n in PUBLIC if n not in ("BACKEND", "__version__")]
+    names.append(timerwheel.testing.ManualClock)
+    for obj in names:
+        assert obj.__doc__ and obj.__doc__.strip(), obj
+        for attr, member in vars(obj).items():
+            if not attr.startswith("_") and callable(member):
+                assert member.__doc__, f"{obj.__name__}.{attr}"
+
+
 def test_public_names() -> None:
-    assert sorted(timerwheel.__all__) == sorted(["BACKEND", "TimerWheel", "__version__"])
+    assert sorted(timerwheel.__all__) == sorted(PUBLIC)
     for name in timerwheel.__all__:
         assert hasattr(timerwheel, name), name
     assert isinstance(timerwheel.__version__, str)

@@ -239,6 +239,21 @@ def test_reschedule_keeps_id_and_moves_due(core: ModuleType) -> None:
     assert w.reschedule(tid, 1.0) is False
 
 
+def test_reschedule_at(core: ModuleType) -> None:
+    w = make(core)
+    tid = w.add(1.0, "x")
+    w.advance(0.5)
+    assert w.reschedule_at(tid, 7.25) is True
+    assert w.due(tid) == 7.25
+    assert w.reschedule_at(tid, 0.1) is True  # in the past: comes out at the next advance
+    assert w.advance(0.5) == [(tid, "x")]
+    assert w.reschedule_at(tid, 1.0) is False
+    with pytest.raises(ValueError, match="due must be finite"):
+        w.reschedule_at(tid, math.nan)
+    with pytest.raises(TypeError, match="timer_id must be an int"):
+        w.reschedule_at("1", 1.0)
+
+
 def test_reschedule_earlier(core: ModuleType) -> None:
     w = make(core)
     tid = w.add(100.0, "x")

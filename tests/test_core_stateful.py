@@ -79,6 +79,15 @@ class WheelMachine(RuleBasedStateMachine):
             self.seq += 1
             self.model[tid] = (self.wheel.now + delay, self.seq, None)
 
+    @rule(tid=ids, offset=st.floats(-100, 1e6))
+    def reschedule_at(self, tid: int, offset: float) -> None:
+        pending = tid in self.model
+        due = self.wheel.now + offset
+        assert self.wheel.reschedule_at(tid, due) == pending
+        if pending:
+            self.seq += 1
+            self.model[tid] = (due, self.seq, None)
+
     @rule(step=steps)
     def advance(self, step: float) -> None:
         now = self.wheel.now + step

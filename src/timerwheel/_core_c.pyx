@@ -452,7 +452,15 @@ cdef class TimerWheel:
         if d < 0:
             raise ValueError(f"delay must be >= 0, got {d!r}")
         cdef double due = self._now + d
-        cdef int64_t tick = self._tick_of(due, "delay")
+        return self._move(timer_id, due, self._tick_of(due, "delay"))
+
+    def reschedule_at(self, timer_id, due):
+        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule()."""
+        _check_id(timer_id)
+        cdef double at = _seconds(due, "due")
+        return self._move(timer_id, at, self._tick_of(at, "due"))
+
+    cdef object _move(self, object timer_id, double due, int64_t tick):
         cdef int64_t idx = self._lookup(timer_id)
         if idx < 0:
             return False

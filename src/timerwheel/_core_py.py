@@ -416,7 +416,23 @@ class TimerWheel:
         if delay < 0:
             raise ValueError(f"delay must be >= 0, got {delay!r}")
         due = self._now + delay
-        tick = self._tick_of(due, "delay")
+        return self._move(timer_id, due, self._tick_of(due, "delay"))
+
+    def reschedule_at(self, timer_id: int, due: float) -> bool:
+        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule().
+
+        A due at or before `now` comes out at the next advance().
+
+        Raises:
+            TypeError: timer_id is not an int.
+            ValueError: due is not finite.
+            OverflowError: due is more than 2**62 ticks after the wheel's start.
+        """
+        _check_id(timer_id)
+        due = _seconds(due, "due")
+        return self._move(timer_id, due, self._tick_of(due, "due"))
+
+    def _move(self, timer_id: int, due: float, tick: int) -> bool:
         idx = self._lookup(timer_id)
         if idx < 0:
             return False

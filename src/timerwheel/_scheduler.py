@@ -1,0 +1,529 @@
+"""The job engine: every rule about when and in what order a task runs lives here, once.
+
+Scheduler is deterministic and driven from outside: something calls run_pending() (a test, a loop of your
+own, or one of the drivers). The drivers (ThreadedScheduler, AsyncScheduler) only decide where a job runs;
+they talk to the engine through a small protocol of private methods:
+
+    _run_due(now, execute)   take every task due at `now` in order, apply the rules, and hand each run to
+                             execute(run); returns the number of runs started
+    _finish(run, started_at, error, finished_at)   a run returned or raised: count it, re-arm FIXED_DELAY
+    _drop(run, now)          a run was not executed (backpressure): count it, keep a repeating task armed
+
+Not thread-safe: a driver serialises calls into it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from ._core import TimerWheel
+from ._core_py import _seconds
+from ._types import JobEvent, Missed, RepeatMode, Stats, TimerInfo
+
+__all__ = ["Scheduler"]
+
+logger = logging.getLogger("timerwheel")
+
+#: errors keeps the messages of the most recent failed runs, at most this many.
+MAX_ERRORS = 1000
+
+
+class TimerStore(Protocol):
+    """What the engine needs from its timer store: TimerWheel, or the heap of HeapScheduler."""
+
+    @property
+    def now(self) -> float: ...
+    def add_at(self, due: float, item: Any) -> int: ...
+    def cancel(self, timer_id: int) -> bool: ...
+    def reschedule_at(self, timer_id: int, due: float) -> bool: ...
+    def advance(self, now: float) -> list[tuple[int, Any]]: ...
+    def next_due(self) -> float | None: ...
+    def __len__(self) -> int: ...
+
+
+class _Task:
+    """One scheduled task. `timer_id` is its entry in the store while armed, None otherwise."""
+
+    __slots__ = (
+        "args",
+        "due",
+        "first_due",
+        "fn",
+        "id",
+        "interval",
+        "kwargs",
+        "last_call",
+        "missed",
+        "mode",
+        "running",
+        "timer_id",
+    )
+
+    def __init__(
+        self,
+        task_id: int,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        mode: RepeatMode,
+        missed: Missed,
+        due: float,
+    ) -> None:
+        self.id = task_id
+        self.fn = fn
+        self.interval = interval
+        self.args = args
+        self.kwargs = kwargs
+        self.mode = mode
+        self.missed = missed
+        self.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
+        self.due: float = (
+            due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
+        )
+        self.timer_id: int | None = None
+        self.running = 0
+        self.last_call = 0  # the _run_due call that last started it: at most one run per call
+
+
+class Run:
+    """One fire of a task handed to a driver's executor: call run.task.fn, then report to the engine."""
+
+    __slots__ = ("scheduled_for", "task")
+
+    def __init__(self, task: _Task, scheduled_for: float) -> None:
+        self.task = task
+        self.scheduled_for = scheduled_for
+
+    @property
+    def task_id(self) -> int:
+        """The id of the task this run belongs to."""
+        return self.task.id
+
+    def call(self) -> Any:
+        """Call the job with its arguments (no error handling: the driver reports the outcome)."""
+        task = self.task
+        return task.fn(*task.args, **task.kwargs)
+
+
+def _first_grid_point_after(origin: float, interval: float, now: float) -> float:
+    """The least origin + k * interval (k >= 1) that is after now, exactly as computed in floats."""
+    k = max(1, math.floor((now - origin) / interval) + 1)
+    # the division rounds: step k to the least integer whose grid point is after now
+    while k > 1 and origin + (k - 1) * interval > now:
+        k -= 1
+    while not origin + k * interval > now:
+        k += 1
+    return origin + k * interval
+
+
+class Scheduler:
+    """The job engine: schedule, cancel and reschedule jobs in O(1) on a TimerWheel; run them when due.
+
+    Deterministic and tick-driven: nothing runs until something calls run_pending(), which reads the clock
+    once and runs every task due by then. The rules, exactly:
+
+    1. Task ids are 1, 2, 3, ... in the order scheduled.
+    2. A task scheduled at clock time t with delay d is due at exactly t + d. run_pending() reads the clock
+       once, at its start, and runs every task due at or before that now, earliest due first; equal dues run
+       in the order scheduled (a recurring task's re-arm counts as scheduled at that moment).
+    3. A one-shot task is removed after it runs. A recurring task (interval given) is re-armed for
+       due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
+       Missed.SKIP: the first point of the grid first_due + k * interval after now). A recurring task runs
+       at most once per run_pending() call: missed runs are never replayed in a burst (and a recurring
+       task that a job moves to a due at or before now runs at the next call).
+    4. A job that raises an Exception is recorded in `errors` as "task <id>: <message>" and the others go
+       on; a recurring job that failed is still re-armed. Other BaseExceptions (KeyboardInterrupt,
+       SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
+    5. A job may cancel itself or any other task; a task cancelled by an earlier job of the same call does
+       not run, and a recurring job that cancels itself is not re-armed.
+    6. A task that a job schedules with a due at or before the call's now runs in the same call, after the
+       tasks already due.
+    7. cancel and reschedule are O(1).
+    8. delay < 0, interval <= 0, or a non-finite delay, when or interval: ValueError; fn not callable:
+       TypeError; a call that raised schedules nothing.
+
+    Repeat modes (RepeatMode): FIXED_RATE (default) re-arms on the grid when a run starts; FIXED_DELAY
+    re-arms `interval` after the run finished (clock read when the job returns); SKIP_IF_RUNNING keeps the
+    grid but skips, and counts, a fire while the previous run is still going. Jobs run inline here, so
+    runs never overlap; the modes matter under the drivers, which run jobs concurrently.
+
+    Not thread-safe: use ThreadedScheduler to schedule from several threads.
+
+    Args:
+        clock: a callable returning monotonic seconds (time.monotonic; ManualClock in tests).
+        resolution, slots, levels: the geometry of the TimerWheel (see TimerWheel).
+        observer: called with a JobEvent for every run, drop and skip; its errors are logged, never raised.
+
+    Example:
+        >>> from timerwheel.testing import ManualClock
+        >>> clock = ManualClock()
+        >>> sched = Scheduler(clock)
+        >>> sched.schedule(2.0, print, args=("rotate logs",))
+        1
+        >>> clock.advance(2.0)
+        2.0
+        >>> sched.run_pending()
+        rotate logs
+        1
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        resolution: float = 0.001,
+        slots: int = 64,
+        levels: int = 4,
+        observer: Callable[[JobEvent], object] | None = None,
+    ) -> None:
+        if not callable(clock):
+            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
+        if observer is not None and not callable(observer):
+            raise TypeError(f"observer must be callable or None, not {type(observer).__name__}")
+        self._clock = clock
+        self._store: TimerStore = self._make_store(resolution, slots, levels, _seconds(clock(), "clock()"))
+        self._observer = observer
+        self._tasks: dict[int, _Task] = {}
+        self._last_id = 0
+        self.errors: list[str] = []
+        """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
+        self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
+        self._calls = 0  # _run_due calls so far
+
+    def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
+        """The timer store; HeapScheduler overrides this and nothing else."""
+        return TimerWheel(resolution, slots=slots, levels=levels, start=start)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock this scheduler reads."""
+        return self._clock
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} pending={len(self._store)} running={self._running}>"
+
+    # -- scheduling -----------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        delay: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed = Missed.DELAY,
+    ) -> int:
+        """Run fn(*args, **kwargs) `delay` seconds from now (the clock read now); return the task id. O(1).
+
+        With `interval`, the task repeats every `interval` seconds after that, as `mode` and `missed` say.
+
+        Raises:
+            ValueError: delay < 0, interval <= 0, or either not finite.
+            TypeError: fn is not callable, or an argument has the wrong type.
+        """
+        delay = _seconds(delay, "delay")
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        return self._add(self._clock() + delay, fn, interval, args, kwargs, mode, missed)
+
+    def schedule_at(
+        self,
+        when: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed = Missed.DELAY,
+    ) -> int:
+        """Run fn at the clock time `when` (a past `when` runs at the next run_pending()); as schedule().
+
+        Raises:
+            ValueError: when is not finite; interval <= 0 or not finite.
+            TypeError: fn is not callable, or an argument has the wrong type.
+        """
+        return self._add(_seconds(when, "when"), fn, interval, args, kwargs, mode, missed)
+
+    def _add(
+        self,
+        due: float,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        mode: RepeatMode,
+        missed: Missed,
+    ) -> int:
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+        if interval is not None:
+            interval = _seconds(interval, "interval")
+            if interval <= 0:
+                raise ValueError(f"interval must be > 0, got {interval!r}")
+        if not isinstance(mode, RepeatMode):
+            raise TypeError(f"mode must be a RepeatMode, not {mode!r}")
+        if not isinstance(missed, Missed):
+            raise TypeError(f"missed must be a Missed, not {missed!r}")
+        if isinstance(args, (str, bytes)):
+            raise TypeError("args must be an iterable of arguments, not a string")
+        args = tuple(args)
+        kw = {} if kwargs is None else dict(kwargs)
+        task = _Task(self._last_id + 1, fn, interval, args, kw, mode, missed, due)
+        task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed yet
+        self._last_id = task.id
+        self._tasks[task.id] = task
+        return task.id
+
+    def cancel(self, task_id: int) -> bool:
+        """Cancel a task: it will not start again. O(1).
+
+        Returns:
+            True if the task was scheduled; False if unknown, already finished (a one-shot that has started
+            counts as finished) or already cancelled.
+        """
+        task = self._tasks.pop(self._check_id(task_id), None)
+        if task is None:
+            return False
+        if task.timer_id is not None:
+            self._store.cancel(task.timer_id)  # False when it was just taken for running: the check in
+            task.timer_id = None  # _run_due sees timer_id changed and skips it
+        self._cancelled += 1
+        return True
+
+    def reschedule(self, task_id: int, delay: float) -> bool:
+        """Move a task's next run to `delay` seconds from now (clock read now). O(1).
+
+        A recurring task then goes on from there: its grid (for Missed.SKIP) starts at the new due.
+
+        Returns:
+            True if the task was scheduled; False (and nothing changes) if unknown, finished or cancelled.
+
+        Raises:
+            ValueError: delay < 0 or not finite.
+        """
+        self._check_id(task_id)
+        delay = _seconds(delay, "delay")
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        due = self._clock() + delay
+        if task.timer_id is None or not self._store.reschedule_at(task.timer_id, due):
+            # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
+            task.timer_id = self._store.add_at(due, task)
+        task.due = task.first_due = due
+        return True
+
+    @staticmethod
+    def _check_id(task_id: Any) -> int:
+        if not isinstance(task_id, int):
+            raise TypeError(f"task_id must be an int, not {type(task_id).__name__}")
+        return task_id
+
+    # -- running ----------------------------------------------------------------------------------------
+
+    def run_pending(self) -> int:
+        """Run every task due at or before now (the clock read once, here); return how many ran.
+
+        Jobs run inline, one after the other, earliest due first. See the class docstring for the rules.
+        """
+        return self._run_due(self._clock(), self._run_inline)
+
+    def next_run_in(self) -> float | None:
+        """Seconds until the next task is due, never negative; None when nothing is scheduled."""
+        due = self._store.next_due()
+        if due is None:
+            return None
+        return max(0.0, due - self._clock())
+
+    def _run_due(self, now: float, execute: Callable[[Run], object]) -> int:
+        """Take every task due at `now`, apply the run rules, hand each run to `execute`; count them."""
+        store = self._store
+        if now < store.now:  # a clock that stepped back: time does not go backwards in here
+            now = store.now
+        self._calls += 1
+        started = 0
+        deferred: list[_Task] = []  # recurring tasks due again in this call (a job moved them): next call
+        batch: list[tuple[int, Any]] = []
+        taken = 0  # entries of `batch` dealt with
+        try:
+            while True:
+                batch = store.advance(now)  # again after each batch: jobs may schedule due tasks (rule 6)
+                taken = 0
+                if not batch:
+                    return started
+                for timer_id, task in batch:
+                    taken += 1
+                    if task.timer_id != timer_id:  # cancelled or rescheduled by an earlier job of this batch
+                        continue
+                    if task.last_call == self._calls:  # a recurring task runs at most once per call
+                        task.timer_id = None
+                        deferred.append(task)
+                        continue
+                    started += self._fire(task, now, execute)
+        finally:
+            # Normally only `deferred`; after a BaseException also the rest of the batch, which did not run.
+            for timer_id, task in batch[taken:]:
+                if task.timer_id == timer_id:
+                    task.timer_id = None
+                    deferred.append(task)
+            for task in deferred:
+                task.timer_id = store.add_at(task.due, task)
+
+    def _fire(self, task: _Task, now: float, execute: Callable[[Run], object]) -> int:
+        scheduled_for = task.due
+        task.timer_id = None
+        if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
+            self._skipped += 1
+            self._rearm_on_grid(task, scheduled_for, now)
+            self._emit(task.id, scheduled_for, now, now, skipped=True)
+            return 0
+        if task.interval is None:
+            del self._tasks[task.id]  # a one-shot is finished once it starts
+        elif task.mode is not RepeatMode.FIXED_DELAY:
+            self._rearm_on_grid(task, scheduled_for, now)  # before the job runs: it may cancel itself
+        task.running += 1
+        self._running += 1
+        task.last_call = self._calls
+        execute(Run(task, scheduled_for))
+        return 1
+
+    def _rearm_on_grid(self, task: _Task, scheduled_for: float, now: float) -> None:
+        interval = task.interval
+        assert interval is not None
+        due = scheduled_for + interval
+        if not due > now:  # late: never replay the missed runs
+            if task.missed is Missed.DELAY:
+                due = now + interval
+            else:
+                due = _first_grid_point_after(task.first_due, interval, now)
+        self._arm(task, due)
+
+    def _arm(self, task: _Task, due: float) -> None:
+        try:
+            task.timer_id = self._store.add_at(due, task)
+        except OverflowError as exc:  # an interval that runs off the end of the clock's range
+            self._tasks.pop(task.id, None)
+            self._record_error(task.id, exc)
+            return
+        task.due = due
+
+    def _run_inline(self, run: Run) -> None:
+        started_at = self._clock()
+        try:
+            run.call()
+        except Exception as exc:
+            self._finish(run, started_at, exc)
+        except BaseException as exc:
+            self._finish(run, started_at, exc)
+            raise
+        else:
+            self._finish(run, started_at, None)
+
+    def _finish(
+        self, run: Run, started_at: float, error: BaseException | None, finished_at: float | None = None
+    ) -> None:
+        """A run returned (error None) or raised: count it, record its error, re-arm a FIXED_DELAY task."""
+        if finished_at is None:
+            finished_at = self._clock()
+        task = run.task
+        task.running -= 1
+        self._running -= 1
+        self._executed += 1
+        if error is not None:
+            self._failed += 1
+            self._record_error(task.id, error)
+        if task.mode is RepeatMode.FIXED_DELAY:
+            self._rearm_after(task, finished_at)
+        self._emit(task.id, run.scheduled_for, started_at, finished_at, error=error)
+
+    def _drop(self, run: Run, now: float) -> None:
+        """A run was not executed (backpressure): count it; a repeating task stays armed."""
+        task = run.task
+        task.running -= 1
+        self._running -= 1
+        self._dropped += 1
+        if task.mode is RepeatMode.FIXED_DELAY:
+            self._rearm_after(task, now)
+        self._emit(task.id, run.scheduled_for, now, now, dropped=True)
+
+    def _rearm_after(self, task: _Task, finished_at: float) -> None:
+        # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
+        if task.interval is not None and task.timer_id is None and self._tasks.get(task.id) is task:
+            self._arm(task, finished_at + task.interval)
+
+    def _record_error(self, task_id: int, error: BaseException) -> None:
+        self.errors.append(f"task {task_id}: {error}")
+        if len(self.errors) > MAX_ERRORS:
+            del self.errors[0]
+        logger.error("timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+
+    def _emit(
+        self,
+        task_id: int,
+        scheduled_for: float,
+        started_at: float,
+        finished_at: float,
+        *,
+        error: BaseException | None = None,
+        dropped: bool = False,
+        skipped: bool = False,
+    ) -> None:
+        observer = self._observer
+        if observer is None:
+            return
+        event = JobEvent(
+            task_id=task_id,
+            scheduled_for=scheduled_for,
+            started_at=started_at,
+            finished_at=finished_at,
+            lateness=max(0.0, started_at - scheduled_for),
+            duration=finished_at - started_at,
+            error=error,
+            dropped=dropped,
+            skipped=skipped,
+        )
+        try:
+            observer(event)
+        except Exception:
+            logger.exception("timerwheel: the observer raised on %r; ignored", event)
+
+    # -- introspection --------------------------------------------------------------------------------
+
+    def next_fire_time(self, task_id: int) -> float | None:
+        """The clock time of a task's next run, or None if it is not armed (unknown, finished, cancelled)."""
+        task = self._tasks.get(self._check_id(task_id))
+        if task is None or task.timer_id is None:
+            return None
+        return task.due
+
+    def pending(self) -> list[TimerInfo]:
+        """Every armed task, sorted by next fire time, then id. O(n log n)."""
+        infos = [
+            TimerInfo(task.id, task.due, task.interval, task.mode)
+            for task in self._tasks.values()
+            if task.timer_id is not None
+        ]
+        infos.sort(key=lambda info: (info.next_fire_at, info.id))
+        return infos
+
+    def stats(self) -> Stats:
+        """A snapshot of the counters (see Stats)."""
+        return Stats(
+            pending=len(self._store),
+            executed=self._executed,
+            cancelled=self._cancelled,
+            running=self._running,
+            dropped=self._dropped,
+            skipped=self._skipped,
+            failed=self._failed,
+        )

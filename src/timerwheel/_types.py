@@ -1,0 +1,137 @@
+"""The library's small types: enums, the records it reports (JobEvent, Stats, TimerInfo), its exceptions."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "AlreadyRunningError",
+    "Backpressure",
+    "ClosedError",
+    "JobEvent",
+    "Missed",
+    "NotStartedError",
+    "RepeatMode",
+    "Stats",
+    "TimerInfo",
+    "TimerWheelError",
+]
+
+
+class RepeatMode(enum.Enum):
+    """How a recurring task (one given an interval) is re-armed.
+
+    FIXED_RATE: on the grid due, due + interval, ...: the next run is armed when a run starts, so runs may
+    overlap when a driver runs jobs concurrently. FIXED_DELAY: the next run is `interval` after the previous
+    run finished (read from the clock when the job returns): runs never overlap. SKIP_IF_RUNNING: the
+    FIXED_RATE grid, but a fire is skipped, and counted, while the previous run of the task is still going.
+    """
+
+    FIXED_RATE = "fixed_rate"
+    FIXED_DELAY = "fixed_delay"
+    SKIP_IF_RUNNING = "skip_if_running"
+
+
+class Missed(enum.Enum):
+    """What a recurring task does when its next due is already past (the scheduler ran late).
+
+    DELAY: re-arm at now + interval (the schedule slides). SKIP: re-arm at the first point of the task's
+    original grid (first due + k * interval) after now (the grid is kept, missed runs are skipped).
+    Either way missed runs are never replayed in a burst.
+    """
+
+    DELAY = "delay"
+    SKIP = "skip"
+
+
+class Backpressure(enum.Enum):
+    """What a driver does with a due job when its bounded queue of due jobs is full.
+
+    BLOCK: wait for room. DROP: do not run it; count it and report a JobEvent with dropped=True.
+    RUN_INLINE: run it on the driver's own thread.
+    """
+
+    BLOCK = "block"
+    DROP = "drop"
+    RUN_INLINE = "run_inline"
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """What happened to one fire of a task: a run, a drop or a skip; passed to the `observer`.
+
+    For a drop or a skip, started_at and finished_at are the time of that decision and duration is 0.
+
+    Attributes:
+        task_id: the task.
+        scheduled_for: the due this fire was for.
+        started_at: when the job started (clock time).
+        finished_at: when it returned or raised.
+        lateness: started_at - scheduled_for, never negative.
+        duration: finished_at - started_at.
+        error: the exception the job raised, or None.
+        dropped: the fire was dropped by backpressure; the job did not run.
+        skipped: the fire was skipped (SKIP_IF_RUNNING, previous run still going); the job did not run.
+        timed_out: the run overran the `timeout` it was given (drivers only).
+    """
+
+    task_id: int
+    scheduled_for: float
+    started_at: float
+    finished_at: float
+    lateness: float
+    duration: float
+    error: BaseException | None = None
+    dropped: bool = False
+    skipped: bool = False
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A snapshot of a scheduler's counters.
+
+    Attributes:
+        pending: tasks armed to run (waiting for their due).
+        executed: runs that finished, with or without an error.
+        cancelled: successful cancel() calls.
+        running: runs started and not yet finished.
+        dropped: fires dropped by backpressure.
+        skipped: fires skipped because the previous run was still going (SKIP_IF_RUNNING).
+        failed: runs that raised an Exception (counted in executed too).
+    """
+
+    pending: int = 0
+    executed: int = 0
+    cancelled: int = 0
+    running: int = 0
+    dropped: int = 0
+    skipped: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TimerInfo:
+    """One armed task, as listed by pending(): its id, next fire time, interval (None: one-shot), mode."""
+
+    id: int
+    next_fire_at: float
+    interval: float | None
+    mode: RepeatMode
+
+
+class TimerWheelError(RuntimeError):
+    """Base of the errors of a scheduler's lifecycle."""
+
+
+class AlreadyRunningError(TimerWheelError):
+    """start() on a scheduler that is already running."""
+
+
+class NotStartedError(TimerWheelError):
+    """An operation that needs a running scheduler, called before start()."""
+
+
+class ClosedError(TimerWheelError):
+    """An operation on a scheduler that has been stopped or closed."""

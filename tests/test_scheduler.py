@@ -1,0 +1,633 @@
+"""The Scheduler's contract, rule by rule, on both wheel backends and on the heap (HeapScheduler)."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from timerwheel import HeapScheduler, JobEvent, Missed, RepeatMode, Scheduler, Stats, TimerInfo
+from timerwheel._scheduler import Run
+from timerwheel.testing import ManualClock
+
+from .conftest import BACKENDS
+
+MakeSched = Callable[..., Scheduler]
+
+
+def _wheel_scheduler(core: Any) -> type[Scheduler]:
+    class BackendScheduler(Scheduler):
+        def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> Any:
+            return core.TimerWheel(resolution, slots=slots, levels=levels, start=start)
+
+    return BackendScheduler
+
+
+@pytest.fixture(params=["cython", "python", "heap"])
+def make(request: pytest.FixtureRequest) -> MakeSched:
+    """A factory of schedulers: the engine on each wheel backend, and on the heap."""
+    if request.param == "heap":
+        return HeapScheduler
+    core = BACKENDS[request.param]
+    if core is None:
+        pytest.skip("the Cython backend is disabled (TIMERWHEEL_NO_EXTENSIONS) or not built")
+    return _wheel_scheduler(core)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(100.0)
+
+
+class Log:
+    """A job that records its calls (name, clock time) in a shared list."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.calls: list[tuple[str, float]] = []
+
+    def job(self, name: str) -> Callable[[], None]:
+        return lambda: self.calls.append((name, self.clock()))
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+# -- rule 1: ids -------------------------------------------------------------------------------------
+
+
+def test_rule1_ids_in_order_and_failed_calls_take_none(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    assert s.schedule(1, print) == 1
+    assert s.schedule_at(5, print) == 2
+    with pytest.raises(ValueError):
+        s.schedule(-1, print)
+    with pytest.raises(TypeError):
+        s.schedule(1, "not callable")  # type: ignore[arg-type]
+    assert s.schedule(1, print, 2.0) == 3
+
+
+# -- rule 2: exact dues, one clock read, order ---------------------------------------------------------
+
+
+def test_rule2_due_is_exactly_clock_plus_delay(make: MakeSched, clock: ManualClock) -> None:
+    clock.set(100.25)
+    s = make(clock)
+    tid = s.schedule(0.1, print)
+    assert s.next_fire_time(tid) == 100.25 + 0.1
+    log = Log(clock)
+    s2 = make(clock)
+    s2.schedule(0.1, log.job("x"))
+    clock.set(100.25 + 0.1 - 1e-9)
+    assert s2.run_pending() == 0
+    clock.set(100.25 + 0.1)
+    assert s2.run_pending() == 1
+
+
+def test_rule2_clock_read_once(make: MakeSched, clock: ManualClock) -> None:
+    """A slow job (here: one that moves the clock) cannot make the call chase a moving clock."""
+    s = make(clock)
+    log = Log(clock)
+    s.schedule(1, lambda: clock.advance(10))
+    s.schedule(2, log.job("later"))
+    clock.advance(1)
+    assert s.run_pending() == 1
+    assert log.calls == []
+    assert s.run_pending() == 1
+    assert log.names == ["later"]
+
+
+def test_rule2_earliest_first_ties_in_schedule_order(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+    s.schedule(3, log.job("c"))
+    s.schedule(1, log.job("a"))
+    s.schedule(3, log.job("d"))
+    s.schedule_at(101, log.job("b"))
+    clock.advance(5)
+    assert s.run_pending() == 4
+    assert log.names == ["a", "b", "c", "d"]
+
+
+def test_rule2_rearm_counts_as_scheduled_at_that_moment(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+    s.schedule(1, log.job("r"), 1.0)  # due 101, re-armed at 101 for 102
+    s.schedule(2, log.job("early"))  # scheduled at 100 for 102: before the re-arm
+    clock.advance(1)
+    s.run_pending()
+    s.schedule(1, log.job("late"))  # scheduled at 101 for 102: after the re-arm
+    clock.advance(1)
+    s.run_pending()
+    assert log.names == ["r", "early", "r", "late"]
+
+
+# -- rule 3: one-shots, recurring, missed runs -------------------------------------------------------
+
+
+def test_rule3_one_shot_removed_after_run(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    tid = s.schedule(1, print)
+    clock.advance(1)
+    s.run_pending()
+    assert s.next_fire_time(tid) is None
+    assert s.cancel(tid) is False
+    assert s.pending() == [] and s.stats().pending == 0
+
+
+def test_rule3_recurring_on_grid(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+    tid = s.schedule(1, log.job("r"), 0.5)
+    for _ in range(4):
+        clock.advance(0.5)
+        s.run_pending()
+    assert [t for _, t in log.calls] == [101.0, 101.5, 102.0]
+    assert s.next_fire_time(tid) == 102.5
+
+
+@pytest.mark.parametrize(("missed", "expected_next"), [(Missed.DELAY, 104.7 + 1.0), (Missed.SKIP, 105.0)])
+def test_rule3_missed_runs(make: MakeSched, clock: ManualClock, missed: Missed, expected_next: float) -> None:
+    s = make(clock)
+    log = Log(clock)
+    tid = s.schedule(1, log.job("r"), 1.0, missed=missed)  # grid 101, 102, 103, ...
+    clock.set(104.7)  # three and a bit periods late
+    assert s.run_pending() == 1  # once, not a burst of four
+    assert s.run_pending() == 0
+    assert log.calls == [("r", 104.7)]
+    assert s.next_fire_time(tid) == pytest.approx(expected_next, abs=1e-12)
+
+
+def test_rule3_skip_grid_exactly_on_a_grid_point(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    tid = s.schedule(1, print, 1.0, missed=Missed.SKIP)
+    clock.set(103.0)  # exactly on the grid: the next point after now is 104
+    s.run_pending()
+    assert s.next_fire_time(tid) == 104.0
+
+
+def test_rule3_recurring_runs_once_per_call_even_if_interval_tiny(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    s = make(clock)
+    log = Log(clock)
+    s.schedule(0, log.job("r"), 1e-6)
+    clock.advance(1.0)
+    assert s.run_pending() == 1
+    assert s.run_pending() == 0
+    clock.advance(1e-6)
+    assert s.run_pending() == 1
+
+
+# -- rule 4: errors ----------------------------------------------------------------------------------
+
+
+def test_rule4_errors_recorded_and_others_run(
+    make: MakeSched, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    s = make(clock)
+    log = Log(clock)
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    bad = s.schedule(1, boom, 1.0)
+    s.schedule(1, log.job("ok"))
+    clock.advance(1)
+    with caplog.at_level(logging.ERROR, logger="timerwheel"):
+        assert s.run_pending() == 2
+    assert s.errors == [f"task {bad}: boom"]
+    assert log.names == ["ok"]
+    assert s.next_fire_time(bad) == 102.0  # a failed recurring job is still re-armed
+    assert s.stats().failed == 1 and s.stats().executed == 2
+    assert "task 1 failed" in caplog.text
+
+
+def test_rule4_base_exception_propagates_and_leaves_scheduler_consistent(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    s = make(clock)
+    log = Log(clock)
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    s.schedule(1, log.job("first"))
+    s.schedule(2, interrupt, 5.0)
+    s.schedule(3, log.job("after"))
+    s.schedule(3, log.job("after2"))
+    clock.advance(3)
+    with pytest.raises(KeyboardInterrupt):
+        s.run_pending()
+    assert log.names == ["first"]
+    assert s.stats().running == 0
+    assert s.run_pending() == 2  # the tasks not yet run are still due, in their order
+    assert log.names == ["first", "after", "after2"]
+    assert s.next_fire_time(2) == 107.0
+
+
+def test_errors_keep_the_most_recent(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+
+    def boom(i: int) -> None:
+        raise RuntimeError(str(i))
+
+    for i in range(1005):
+        s.schedule(0, boom, args=(i,))
+    logging.disable(logging.ERROR)
+    try:
+        s.run_pending()
+    finally:
+        logging.disable(logging.NOTSET)
+    assert len(s.errors) == 1000
+    assert s.errors[-1] == "task 1005: 1004" and s.errors[0] == "task 6: 5"
+
+
+# -- rule 5: cancelling from jobs --------------------------------------------------------------------
+
+
+def test_rule5_cancel_other_in_same_call(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+    victim = 2
+    s.schedule(1, lambda: log.calls.append(("canceller", s.cancel(victim))))  # type: ignore[arg-type]
+    assert s.schedule(1, log.job("victim")) == victim
+    clock.advance(1)
+    assert s.run_pending() == 1
+    assert log.calls == [("canceller", True)]
+    assert s.stats().cancelled == 1
+
+
+def test_rule5_recurring_self_cancel_not_rearmed(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    runs = []
+    tid = s.schedule(1, lambda: runs.append(s.cancel(tid)), 1.0)
+    clock.advance(1)
+    s.run_pending()
+    assert runs == [True]
+    assert s.next_fire_time(tid) is None and s.pending() == []
+    clock.advance(5)
+    assert s.run_pending() == 0
+
+
+def test_one_shot_cancel_while_running_is_false(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    seen = []
+    tid = s.schedule(1, lambda: seen.append(s.cancel(tid)))
+    clock.advance(1)
+    s.run_pending()
+    assert seen == [False]  # a one-shot that has started is finished: nothing left to cancel
+
+
+def test_reschedule_other_taken_task_from_a_job(make: MakeSched, clock: ManualClock) -> None:
+    """A task already taken in this call but not yet run, moved by an earlier job, runs at its new due."""
+    s = make(clock)
+    log = Log(clock)
+    s.schedule(1, lambda: s.reschedule(2, 3.0))
+    s.schedule(1, log.job("moved"))
+    clock.advance(1)
+    assert s.run_pending() == 1
+    assert s.next_fire_time(2) == 104.0
+    clock.set(104.0)
+    assert s.run_pending() == 1
+    assert log.calls == [("moved", 104.0)]
+
+
+# -- rule 6: scheduling from jobs --------------------------------------------------------------------
+
+
+def test_rule6_due_tasks_scheduled_by_jobs_run_in_the_same_call(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+
+    def spawner() -> None:
+        log.calls.append(("spawner", clock()))
+        s.schedule(0, log.job("child-now"))
+        s.schedule_at(100.5, log.job("child-past"))
+        s.schedule(0.001, log.job("child-future"))
+
+    s.schedule(1, spawner)
+    s.schedule(1, log.job("sibling"))
+    clock.advance(1)
+    assert s.run_pending() == 4
+    assert log.names == ["spawner", "sibling", "child-past", "child-now"]
+    clock.advance(0.001)
+    assert s.run_pending() == 1
+
+
+# -- rule 7: O(1) cancel and reschedule --------------------------------------------------------------
+
+
+def _calls_during(action: Callable[[], object]) -> int:
+    count = 0
+
+    def profiler(frame: Any, event: str, arg: Any) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    gc.disable()  # a collection would run gc.callbacks (Hypothesis installs some) inside the count
+    sys.setprofile(profiler)
+    try:
+        action()
+    finally:
+        sys.setprofile(None)
+        gc.enable()
+    return count
+
+
+@pytest.mark.parametrize("backend", ["cython", "python"])
+def test_rule7_cancel_and_reschedule_do_not_scan(backend: str) -> None:
+    """The work of one cancel or reschedule (counted in function calls) does not grow with the tasks.
+
+    Counted by a profiler, so a scan in Python code (the engine, the pure-Python wheel) would show as
+    thousands of calls; the Cython wheel mirrors the Python one line for line. A slot that empties costs
+    one call more (its bitmap bit), hence the slack of a few calls.
+    """
+    core = BACKENDS[backend]
+    if core is None:
+        pytest.skip("Cython backend not in use")
+    counts = []
+    for n in (10, 20_000):
+        s = _wheel_scheduler(core)(ManualClock())
+        ids = [s.schedule(1 + i * 0.01, print) for i in range(n)]
+        target = ids[n // 2]
+        moved = _calls_during(functools.partial(s.reschedule, target, 7.5))
+        counts.append((moved, _calls_during(functools.partial(s.cancel, target))))
+    small, large = counts
+    assert large[0] <= small[0] + 3 and large[1] <= small[1] + 3, counts
+    assert max(large) < 40, counts
+
+
+# -- rule 8: validation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "message"),
+    [
+        (lambda s: s.schedule(-0.1, print), ValueError, "delay must be >= 0"),
+        (lambda s: s.schedule(math.nan, print), ValueError, "delay must be finite"),
+        (lambda s: s.schedule(math.inf, print), ValueError, "delay must be finite"),
+        (lambda s: s.schedule_at(math.nan, print), ValueError, "when must be finite"),
+        (lambda s: s.schedule(1, print, 0), ValueError, "interval must be > 0"),
+        (lambda s: s.schedule(1, print, -1.0), ValueError, "interval must be > 0"),
+        (lambda s: s.schedule(1, print, math.inf), ValueError, "interval must be finite"),
+        (lambda s: s.schedule(1, None), TypeError, "fn must be callable"),
+        (lambda s: s.schedule("1", print), TypeError, "delay must be a real number"),
+        (lambda s: s.schedule(1, print, mode="fixed_rate"), TypeError, "mode must be a RepeatMode"),
+        (lambda s: s.schedule(1, print, missed=None), TypeError, "missed must be a Missed"),
+        (lambda s: s.schedule(1, print, args="ab"), TypeError, "args must be an iterable"),
+        (lambda s: s.reschedule(1, -1), ValueError, "delay must be >= 0"),
+        (lambda s: s.reschedule("1", 1), TypeError, "task_id must be an int"),
+        (lambda s: s.cancel(1.0), TypeError, "task_id must be an int"),
+    ],
+)
+def test_rule8_bad_input_schedules_nothing(
+    make: MakeSched,
+    clock: ManualClock,
+    call: Callable[[Scheduler], object],
+    exc: type[Exception],
+    message: str,
+) -> None:
+    s = make(clock)
+    s.schedule(1, print)
+    before = (s.pending(), s.stats())
+    with pytest.raises(exc, match=message):
+        call(s)
+    assert (s.pending(), s.stats()) == before
+    assert s.schedule(2, print) == 2
+
+
+# -- repeat modes, through the driver protocol (runs held open, as a concurrent driver would) ---------
+
+
+class HoldingExecutor:
+    """An executor that starts runs but finishes them only when told: runs overlap, as under a driver."""
+
+    def __init__(self, sched: Scheduler, clock: ManualClock) -> None:
+        self.sched, self.clock = sched, clock
+        self.open: list[Run] = []
+
+    def __call__(self, run: Run) -> None:
+        self.open.append(run)
+
+    def run_due(self) -> int:
+        return self.sched._run_due(self.clock(), self)
+
+    def finish_all(self, error: BaseException | None = None) -> None:
+        while self.open:
+            self.sched._finish(self.open.pop(0), self.clock(), error)
+
+
+def test_fixed_rate_runs_may_overlap(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    ex = HoldingExecutor(s, clock)
+    s.schedule(1, print, 1.0)
+    for _ in range(3):
+        clock.advance(1)
+        ex.run_due()
+    assert len(ex.open) == 3 and s.stats().running == 3
+    ex.finish_all()
+    assert s.stats().running == 0 and s.stats().executed == 3
+
+
+def test_fixed_delay_arms_after_the_run_finishes(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    ex = HoldingExecutor(s, clock)
+    tid = s.schedule(1, print, 2.0, mode=RepeatMode.FIXED_DELAY)
+    clock.advance(1)
+    assert ex.run_due() == 1
+    assert s.next_fire_time(tid) is None  # not armed while it runs
+    clock.advance(5)
+    assert ex.run_due() == 0
+    ex.finish_all()  # finished at 106
+    assert s.next_fire_time(tid) == 108.0
+
+
+def test_fixed_delay_inline_uses_finish_time(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    tid = s.schedule(1, lambda: clock.advance(0.25), 1.0, mode=RepeatMode.FIXED_DELAY)
+    clock.advance(1)
+    s.run_pending()
+    assert s.next_fire_time(tid) == 102.25
+
+
+def test_skip_if_running_skips_and_counts(make: MakeSched, clock: ManualClock) -> None:
+    events: list[JobEvent] = []
+    s = make(clock, observer=events.append)
+    ex = HoldingExecutor(s, clock)
+    tid = s.schedule(1, print, 1.0, mode=RepeatMode.SKIP_IF_RUNNING)
+    clock.advance(1)
+    assert ex.run_due() == 1
+    clock.advance(1)
+    assert ex.run_due() == 0  # previous run still going: skipped
+    assert s.stats().skipped == 1
+    assert s.next_fire_time(tid) == 103.0  # the grid is kept
+    assert events[-1].skipped and events[-1].scheduled_for == 102.0 and events[-1].task_id == tid
+    ex.finish_all()
+    clock.advance(1)
+    assert ex.run_due() == 1
+
+
+def test_drop_keeps_repeating_task_armed(make: MakeSched, clock: ManualClock) -> None:
+    events: list[JobEvent] = []
+    s = make(clock, observer=events.append)
+    rate = s.schedule(1, print, 1.0)
+    delay = s.schedule(1, print, 1.0, mode=RepeatMode.FIXED_DELAY)
+    one = s.schedule(1, print)
+    clock.advance(1)
+    assert s._run_due(clock(), lambda run: s._drop(run, clock())) == 3
+    assert s.stats() == Stats(pending=2, dropped=3)
+    assert s.next_fire_time(rate) == 102.0 and s.next_fire_time(delay) == 102.0
+    assert s.next_fire_time(one) is None
+    assert [e.dropped for e in events] == [True, True, True]
+
+
+# -- observability -----------------------------------------------------------------------------------
+
+
+def test_observer_gets_an_event_per_run(make: MakeSched, clock: ManualClock) -> None:
+    events: list[JobEvent] = []
+    s = make(clock, observer=events.append)
+
+    def slow() -> None:
+        clock.advance(0.5)
+
+    def bad() -> None:
+        raise KeyError("k")
+
+    a = s.schedule(1, slow)
+    b = s.schedule(1, bad)
+    clock.advance(1.25)
+    s.run_pending()
+    ev_a, ev_b = events
+    assert ev_a == JobEvent(a, 101.0, 101.25, 101.75, 0.25, 0.5)
+    assert ev_b.task_id == b and isinstance(ev_b.error, KeyError) and ev_b.lateness == 0.75
+    assert not ev_b.dropped and not ev_b.skipped
+
+
+def test_lateness_never_negative(make: MakeSched, clock: ManualClock) -> None:
+    events: list[JobEvent] = []
+    s = make(clock, observer=events.append)
+    s.schedule(1, print)
+    clock.advance(1)
+    s.run_pending()
+    assert events[0].lateness == 0.0
+
+
+def test_observer_errors_are_logged_not_raised(
+    make: MakeSched, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    def observer(event: JobEvent) -> None:
+        raise RuntimeError("observer broke")
+
+    s = make(clock, observer=observer)
+    log = Log(clock)
+    s.schedule(1, log.job("a"))
+    s.schedule(1, log.job("b"))
+    clock.advance(1)
+    with caplog.at_level(logging.ERROR, logger="timerwheel"):
+        assert s.run_pending() == 2
+    assert log.names == ["a", "b"]
+    assert "observer raised" in caplog.text
+    assert s.errors == []
+
+
+def test_stats_pending_and_introspection(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    a = s.schedule(3, print)
+    b = s.schedule(1, print, 2.0, mode=RepeatMode.FIXED_DELAY)
+    c = s.schedule(3, print, 1.0)
+    assert s.pending() == [
+        TimerInfo(b, 101.0, 2.0, RepeatMode.FIXED_DELAY),
+        TimerInfo(a, 103.0, None, RepeatMode.FIXED_RATE),
+        TimerInfo(c, 103.0, 1.0, RepeatMode.FIXED_RATE),
+    ]
+    assert s.next_run_in() == 1.0
+    clock.advance(2)
+    assert s.next_run_in() == 0.0  # overdue: never negative
+    assert s.cancel(a) and not s.cancel(a)
+    assert s.stats() == Stats(pending=2, cancelled=1)
+    s.run_pending()
+    assert s.stats() == Stats(pending=2, executed=1, cancelled=1)
+    assert s.cancel(b) and s.cancel(c)
+    assert s.next_run_in() is None and s.pending() == []
+
+
+def test_reschedule(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    log = Log(clock)
+    tid = s.schedule(1, log.job("r"), 1.0, missed=Missed.SKIP)
+    assert s.reschedule(tid, 10.25)
+    assert s.next_fire_time(tid) == 110.25
+    clock.set(110.25)
+    s.run_pending()
+    assert s.next_fire_time(tid) == 111.25
+    clock.set(115.5)
+    s.run_pending()  # late: the grid now starts at 110.25
+    assert s.next_fire_time(tid) == 116.25
+    assert s.reschedule(999, 1.0) is False
+
+
+def test_fixed_delay_rescheduled_from_its_own_run(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    tid = s.schedule(1, lambda: s.reschedule(tid, 30.0), 1.0, mode=RepeatMode.FIXED_DELAY)
+    clock.advance(1)
+    s.run_pending()
+    assert s.next_fire_time(tid) == 131.0  # the reschedule wins over the re-arm after the run
+
+
+def test_args_and_kwargs(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    got = []
+    s.schedule(0, lambda *a, **k: got.append((a, k)), args=[1, 2], kwargs={"x": 3})
+    s.run_pending()
+    assert got == [((1, 2), {"x": 3})]
+
+
+def test_clock_that_steps_back_is_harmless(make: MakeSched) -> None:
+    now = [10.0]
+    s = make(lambda: now[0])
+    log: list[str] = []
+    s.schedule(1, lambda: log.append("x"))  # due 11
+    s.schedule(1.5, lambda: log.append("y"))  # due 11.5
+    now[0] = 12.0
+    assert s.run_pending() == 2
+    now[0] = 11.0  # stepped back
+    s.schedule(0.75, lambda: log.append("z"))  # due 11.75: already past for the scheduler
+    assert s.run_pending() == 1  # 11.0 is treated as 12.0, time does not go backwards
+    assert log == ["x", "y", "z"]
+
+
+def test_constructor_validation(clock: ManualClock) -> None:
+    with pytest.raises(TypeError, match="clock must be callable"):
+        Scheduler(1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="observer must be callable"):
+        Scheduler(clock, observer=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="slots must be a power of two"):
+        Scheduler(clock, slots=3)
+    assert repr(Scheduler(clock)) == "<Scheduler pending=0 running=0>"
+
+
+def test_recurring_task_moved_to_now_by_a_job_waits_for_the_next_call(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    """At most one run per call for a recurring task, even when a job moves it to a due already past."""
+    s = make(clock)
+    log = Log(clock)
+    rec = s.schedule(1, log.job("rec"), 10.0)
+    s.schedule(1.5, lambda: s.reschedule(rec, 0))  # runs after rec, moves it back to now
+    own = s.schedule(1, lambda: s.reschedule(own, 0), 5.0)  # reschedules itself to now, every run
+    clock.advance(2)
+    assert s.run_pending() == 3
+    assert log.names == ["rec"]
+    assert s.next_fire_time(rec) == 102.0 and s.next_fire_time(own) == 102.0
+    assert s.run_pending() == 2  # the next call: both run once more
+    assert log.names == ["rec", "rec"]

@@ -1,0 +1,58 @@
+"""ManualClock: the clock users' tests (and ours) run on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from timerwheel.testing import ManualClock
+
+
+def test_advance_and_set() -> None:
+    clock = ManualClock()
+    assert clock() == 0.0
+    assert clock.advance(1.5) == 1.5
+    assert clock.advance(0) == 1.5
+    clock.set(10)
+    assert clock() == 10.0
+    clock.set(10)
+    assert repr(clock) == "ManualClock(10.0)"
+    assert ManualClock(5)() == 5.0
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "message"),
+    [
+        (lambda c: c.advance(-1), ValueError, "seconds must be >= 0"),
+        (lambda c: c.advance(math.nan), ValueError, "seconds must be finite"),
+        (lambda c: c.set(9.0), ValueError, "t must not be earlier than the current time 10.0"),
+        (lambda c: c.set(math.inf), ValueError, "t must be finite"),
+        (lambda c: c.advance("1"), TypeError, "seconds must be a number"),
+    ],
+)
+def test_never_backwards(call: object, exc: type[Exception], message: str) -> None:
+    clock = ManualClock(10.0)
+    with pytest.raises(exc, match=message):
+        call(clock)  # type: ignore[operator]
+    assert clock() == 10.0
+
+
+def test_subscribers_are_told_of_every_move() -> None:
+    clock = ManualClock()
+    seen: list[float] = []
+    clock.subscribe(seen.append)
+    clock.advance(1)
+    clock.set(5)
+    clock.unsubscribe(seen.append)
+    clock.unsubscribe(seen.append)  # no error the second time
+    clock.advance(1)
+    assert seen == [1.0, 5.0]
+
+
+def test_a_subscriber_may_read_the_clock() -> None:
+    clock = ManualClock()
+    seen: list[float] = []
+    clock.subscribe(lambda now: seen.append(clock() - now))
+    clock.advance(2)
+    assert seen == [0.0]
