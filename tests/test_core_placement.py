@@ -95,18 +95,18 @@ def test_wheel_places_timers_by_tick(core: ModuleType, ticks: int, level: int) -
 def test_tick_rounding_at_boundaries(core: ModuleType) -> None:
     """Seconds become ticks in one function: floor((t - start) / resolution), computed in doubles.
 
-    An exact multiple of a binary fraction lands exactly; a decimal multiple may land a tick low (0.3 / 0.1
-    is 2.9999999999999996), which is harmless because the due itself is compared exactly.
+    An exact multiple of a binary fraction lands exactly; a decimal multiple may land a tick low (0.015 *
+    (1 / 0.003) is 4.999999999999999), which is harmless because the due itself is compared exactly.
     """
     w = core.TimerWheel(0.25)
     for due, level in [(0.24999, 4), (0.25, 0), (0.5, 0), (15.99, 0), (16.0, 1), (16.0 - 1e-12, 0)]:
         tid = w.add_at(due, None)
         assert w._location(tid)[0] == level, due
-    w2 = core.TimerWheel(0.1)
-    tid = w2.add_at(0.3, "x")
-    assert w2._location(tid)[:2] == (0, 2)  # 2.9999999999999996 ticks: slot 2, not 3
-    assert w2.advance(0.2999999) == []
-    assert w2.advance(0.3) == [(tid, "x")]
+    w2 = core.TimerWheel(0.003)
+    tid = w2.add_at(0.015, "x")
+    assert w2._location(tid)[:2] == (0, 4)  # 4.999999999999999 ticks: slot 4, not 5
+    assert w2.advance(0.0149999) == []
+    assert w2.advance(0.015) == [(tid, "x")]
 
 
 def test_python_twin_names_match_helpers() -> None:

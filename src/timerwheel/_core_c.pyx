@@ -140,7 +140,7 @@ cdef class TimerWheel:
     which help(timerwheel.TimerWheel) shows under either backend's documentation (README, docs/).
     """
 
-    cdef double _resolution, _start, _now, _min_due
+    cdef double _resolution, _ticks_per_second, _start, _now, _min_due
     cdef int _slots, _levels, _bits, _top, _span_bits, _current, _words
     cdef int64_t _elapsed
     cdef Bucket* _buckets
@@ -164,6 +164,8 @@ cdef class TimerWheel:
         cdef double res = _seconds(resolution, "resolution")
         if res <= 0:
             raise ValueError(f"resolution must be > 0 seconds, got {res!r}")
+        if not isfinite(1.0 / res):
+            raise ValueError(f"resolution is too small, got {res!r}")
         for name, value in (("slots", slots), ("levels", levels)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -175,6 +177,7 @@ cdef class TimerWheel:
         if self._buckets != NULL:
             raise RuntimeError("TimerWheel.__init__ must not be called twice")
         self._resolution = res
+        self._ticks_per_second = 1.0 / res   # a multiplication per conversion, not a division
         self._slots = slots
         self._levels = levels
         self._start = st
@@ -246,8 +249,8 @@ cdef class TimerWheel:
     # -- the one place where seconds become ticks -----------------------------------------------------
 
     cdef inline int64_t _tick_of(self, double t, str name) except -2:
-        """floor((t - start) / resolution), -1 for any t before start; OverflowError at 2**62 ticks."""
-        cdef double x = (t - self._start) / self._resolution
+        """floor((t - start) * (1 / resolution)), -1 before start; OverflowError at 2**62 ticks (see _core_py)."""
+        cdef double x = (t - self._start) * self._ticks_per_second
         if x < 0:
             return -1
         if not x < C_MAX_TICKS:
@@ -267,13 +270,16 @@ cdef class TimerWheel:
         level = level_for(elapsed, tick, self._bits, self._top)
         return level * self._slots + slot_for(tick, level, self._bits)
 
-    cdef int _reserve(self, int bucket) except -1:
-        """Make room for one more entry in `bucket` (doubling), before anything is changed."""
+    cdef inline int _reserve(self, int bucket) except -1:
+        """Make room for one more entry in `bucket`, before anything is changed."""
+        if self._buckets[bucket].len < self._buckets[bucket].cap:
+            return 0
+        return self._grow_bucket(bucket)
+
+    cdef int _grow_bucket(self, int bucket) except -1:
         cdef Bucket* b = &self._buckets[bucket]
         cdef uint32_t cap
         cdef uint32_t* items
-        if b.len < b.cap:
-            return 0
         cap = b.cap * 2 if b.cap else 4
         items = <uint32_t*>PyMem_Realloc(b.items, cap * sizeof(uint32_t))
         if items == NULL:
@@ -326,12 +332,16 @@ cdef class TimerWheel:
                 b.items = items
                 b.cap >>= 1
 
-    cdef int _reserve_entry(self) except -1:
-        """Make sure _alloc() will not fail (grow the pool by half), before anything is changed."""
-        cdef uint32_t cap
-        cdef Entry* entries
+    cdef inline int _reserve_entry(self) except -1:
+        """Make sure _alloc() will not fail, before anything is changed."""
         if self._free != C_ID_MASK or self._size < self._capacity:
             return 0
+        return self._grow_pool()
+
+    cdef int _grow_pool(self) except -1:
+        """Grow the pool by half."""
+        cdef uint32_t cap
+        cdef Entry* entries
         if self._size >= C_ID_MASK:
             raise OverflowError(f"a wheel holds at most {ID_MASK} timers")
         cap = self._capacity + (self._capacity >> 1) if self._capacity else 64
@@ -367,7 +377,7 @@ cdef class TimerWheel:
         self._count -= 1
         return item
 
-    cdef int64_t _lookup(self, object timer_id) except -2:
+    cdef inline int64_t _lookup(self, object timer_id) except -2:
         """The pool index of a pending timer, or -1. TypeError if timer_id is not an int."""
         cdef int overflow = 0
         cdef long long v
@@ -376,16 +386,12 @@ cdef class TimerWheel:
         cdef Entry* entry
         _check_id(timer_id)
         v = PyLong_AsLongLongAndOverflow(timer_id, &overflow)
-        if overflow == 0:
-            if v <= 0:
-                return -1
-            idx = <uint32_t>(v & C_ID_MASK)
-            gen = <uint64_t>v >> C_ID_BITS
-        elif overflow < 0 or timer_id >> (C_ID_BITS + 64):
+        if overflow:
+            return self._lookup_big(timer_id)
+        if v <= 0:
             return -1
-        else:   # an id of a generation past 2**31
-            idx = <uint32_t>(timer_id & ID_MASK)
-            gen = <uint64_t>(timer_id >> C_ID_BITS)
+        idx = <uint32_t>(v & C_ID_MASK)
+        gen = <uint64_t>v >> C_ID_BITS
         if idx >= self._size:
             return -1
         entry = &self._entries[idx]
@@ -393,7 +399,17 @@ cdef class TimerWheel:
             return -1
         return idx
 
-    cdef object _insert(self, double due, int64_t tick, object item):
+    cdef int64_t _lookup_big(self, object timer_id) except -2:
+        """_lookup for an id of 2**63 or more: a generation past 2**31, or no id at all."""
+        if timer_id < 0 or timer_id >> (C_ID_BITS + 64):
+            return -1
+        cdef uint32_t idx = <uint32_t>(timer_id & ID_MASK)
+        cdef uint64_t gen = <uint64_t>(timer_id >> C_ID_BITS)
+        if idx >= self._size or self._entries[idx].gen != gen or self._entries[idx].bucket == C_FREE:
+            return -1
+        return idx
+
+    cdef inline object _insert(self, double due, int64_t tick, object item):
         cdef int bucket = self._bucket_for(tick)
         self._reserve(bucket)
         self._reserve_entry()

@@ -109,7 +109,7 @@ class TimerWheel:
     Geometry (Varghese and Lauck, "Hashed and hierarchical timing wheels", SOSP 1987; laid out in aligned
     blocks as in the Linux kernel's timer.c and tokio's time wheel)::
 
-        tick(t)  = floor((t - start) / resolution)          (t before start: tick -1)
+        tick(t)  = floor((t - start) * (1 / resolution))    (t before start: tick -1)
         level L  = `slots` slots, each slots**L ticks wide, spanning slots**(L+1) ticks
         defaults = resolution 1 ms, 64 slots, 4 levels:
             level 0: slots of 1 ms,       span 64 ms
@@ -164,6 +164,7 @@ class TimerWheel:
         "_slots",
         "_span_bits",
         "_start",
+        "_ticks_per_second",
         "_top",
         "_top_epoch",
     )
@@ -172,6 +173,8 @@ class TimerWheel:
         resolution = _seconds(resolution, "resolution")
         if resolution <= 0:
             raise ValueError(f"resolution must be > 0 seconds, got {resolution!r}")
+        if not math.isfinite(1.0 / resolution):
+            raise ValueError(f"resolution is too small, got {resolution!r}")
         for name, value in (("slots", slots), ("levels", levels)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -181,6 +184,7 @@ class TimerWheel:
             raise ValueError(f"levels must be from 1 to {MAX_LEVELS}, got {levels}")
         start = _seconds(start, "start")
         self._resolution = resolution
+        self._ticks_per_second = 1.0 / resolution  # a multiplication per conversion, not a division
         self._slots = slots
         self._levels = levels
         self._start = start
@@ -244,13 +248,13 @@ class TimerWheel:
     # -- the one place where seconds become ticks -----------------------------------------------------
 
     def _tick_of(self, t: float, name: str) -> int:
-        """floor((t - start) / resolution), -1 for any t before start; OverflowError at 2**62 ticks.
+        """floor((t - start) * (1 / resolution)), -1 for any t before start; OverflowError at 2**62 ticks.
 
         Rounding is IEEE double arithmetic, the same in both backends, so a due that is an exact multiple
         of the resolution may land in either neighbouring tick. Correctness needs only that the function
         never decreases as t grows: a timer whose due is <= now then always has a tick <= now's tick.
         """
-        x = (t - self._start) / self._resolution
+        x = (t - self._start) * self._ticks_per_second
         if x < 0:
             return -1
         if not x < MAX_TICKS:
