@@ -78,3 +78,45 @@ def test_public_names() -> None:
     for name in timerwheel.__all__:
         assert hasattr(timerwheel, name), name
     assert isinstance(timerwheel.__version__, str)
+
+
+def test_stub_matches_the_python_twin() -> None:
+    """_core_c.pyi declares the same public names and signatures as _core_py (which type checkers see)."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    stub = ast.parse((Path(_core_py.__file__).parent / "_core_c.pyi").read_text())
+    stub_funcs = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
+    (stub_class,) = [n for n in stub.body if isinstance(n, ast.ClassDef)]
+    stub_methods = {n.name: n for n in stub_class.body if isinstance(n, ast.FunctionDef)}
+
+    def params(node: ast.FunctionDef) -> list[str]:
+        a = node.args
+        return [p.arg for p in a.posonlyargs + a.args] + ["*"] + [p.arg for p in a.kwonlyargs]
+
+    def py_params(fn: object) -> list[str]:
+        sig = inspect.signature(fn)  # type: ignore[arg-type]
+        pos = [n for n, p in sig.parameters.items() if p.kind is not p.KEYWORD_ONLY]
+        return pos + ["*"] + [n for n, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY]
+
+    for name in ("level_for", "slot_for", "rounds_for"):
+        assert params(stub_funcs[name]) == py_params(getattr(_core_py, name)), name
+    py_methods = {
+        n: m for n, m in vars(_core_py.TimerWheel).items() if inspect.isfunction(m) and n != "__reduce__"
+    }
+    public = {n for n in py_methods if not n.startswith("_") or n in ("__init__", "__len__", "__contains__")}
+    assert public <= set(stub_methods)
+    for name in public:
+        assert params(stub_methods[name]) == py_params(py_methods[name]), name
+    props = {n for n, m in vars(_core_py.TimerWheel).items() if isinstance(m, property)}
+    assert props <= set(stub_methods)
+    constants = {
+        n.target.id for n in stub.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
+    assert constants == {n for n in _core_py.__all__ if n.isupper()} | {
+        "TICK_BITS",
+        "ID_BITS",
+        "ID_MASK",
+        "FREE",
+    }
