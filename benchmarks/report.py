@@ -26,6 +26,20 @@ RATIOS = [
         (f"heapq / wheel @{size}", f"scaling_heapq[{size}]", f"scaling_wheel_c[{size}]", None)
         for size in ("1e3", "1e5", "1e6", "1e7")
     ],
+    *[
+        (
+            f"HeapScheduler / Scheduler, {op} @{size}",
+            f"{name}_heap_scheduler[{size}]",
+            f"{name}_scheduler[{size}]",
+            None,
+        )
+        for op, name in (
+            ("schedule+cancel", "schedule_cancel"),
+            ("schedule+run", "schedule_run"),
+            ("reschedule", "reschedule"),
+        )
+        for size in ("1e3", "1e4", "1e5", "1e6")
+    ],
 ]
 
 
