@@ -1,12 +1,14 @@
 """timerwheel: O(1) timers for programs that track very many of them.
 
-TimerWheel is the core data structure; Scheduler is the job engine on it; HeapScheduler is the same engine
-on a binary heap, for comparisons. timerwheel.testing has ManualClock for tests.
+TimerWheel is the core data structure; Scheduler is the job engine on it; ThreadedScheduler drives the
+engine from its own thread, with a worker pool; HeapScheduler is the same engine on a binary heap, for
+comparisons. timerwheel.testing has ManualClock for tests.
 """
 
 from ._core import BACKEND, TimerWheel
 from ._heap import HeapScheduler
 from ._scheduler import Scheduler
+from ._threaded import JobContext, ThreadedScheduler
 from ._types import (
     AlreadyRunningError,
     Backpressure,
@@ -27,12 +29,14 @@ __all__ = [
     "Backpressure",
     "ClosedError",
     "HeapScheduler",
+    "JobContext",
     "JobEvent",
     "Missed",
     "NotStartedError",
     "RepeatMode",
     "Scheduler",
     "Stats",
+    "ThreadedScheduler",
     "TimerInfo",
     "TimerWheel",
     "TimerWheelError",

@@ -8,6 +8,8 @@ they talk to the engine through a small protocol of private methods:
                              execute(run); returns the number of runs started
     _finish(run, started_at, error, finished_at)   a run returned or raised: count it, re-arm FIXED_DELAY
     _drop(run, now)          a run was not executed (backpressure): count it, keep a repeating task armed
+    _forget(run)             a taken run will not start because its task was cancelled meanwhile
+    _is_cancelled(run)       whether that is the case
 
 Not thread-safe: a driver serialises calls into it.
 """
@@ -51,6 +53,7 @@ class _Task:
     __slots__ = (
         "args",
         "due",
+        "extra",
         "first_due",
         "fn",
         "id",
@@ -87,6 +90,7 @@ class _Task:
         )
         self.timer_id: int | None = None
         self.running = 0
+        self.extra: Any = None  # a driver's own per-task data (ThreadedScheduler: context and timeout)
         self.last_call = 0  # the _run_due call that last started it: at most one run per call
 
 
@@ -194,6 +198,7 @@ class Scheduler:
         """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
         self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
         self._calls = 0  # _run_due calls so far
+        self._logger = logger  # a driver may set its own
 
     def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
         """The timer store; HeapScheduler overrides this and nothing else."""
@@ -430,7 +435,13 @@ class Scheduler:
             self._finish(run, started_at, None)
 
     def _finish(
-        self, run: Run, started_at: float, error: BaseException | None, finished_at: float | None = None
+        self,
+        run: Run,
+        started_at: float,
+        error: BaseException | None,
+        finished_at: float | None = None,
+        *,
+        timed_out: bool = False,
     ) -> None:
         """A run returned (error None) or raised: count it, record its error, re-arm a FIXED_DELAY task."""
         if finished_at is None:
@@ -444,7 +455,7 @@ class Scheduler:
             self._record_error(task.id, error)
         if task.mode is RepeatMode.FIXED_DELAY:
             self._rearm_after(task, finished_at)
-        self._emit(task.id, run.scheduled_for, started_at, finished_at, error=error)
+        self._emit(task.id, run.scheduled_for, started_at, finished_at, error=error, timed_out=timed_out)
 
     def _drop(self, run: Run, now: float) -> None:
         """A run was not executed (backpressure): count it; a repeating task stays armed."""
@@ -456,6 +467,24 @@ class Scheduler:
             self._rearm_after(task, now)
         self._emit(task.id, run.scheduled_for, now, now, dropped=True)
 
+    def _discard_pending(self) -> None:
+        """Forget every task (a driver closing): nothing will run; no counter changes."""
+        for task in self._tasks.values():
+            if task.timer_id is not None:
+                self._store.cancel(task.timer_id)
+                task.timer_id = None
+        self._tasks.clear()
+
+    def _is_cancelled(self, run: Run) -> bool:
+        """A recurring task cancelled after this run was taken (a one-shot cannot be: it is finished)."""
+        task = run.task
+        return task.interval is not None and self._tasks.get(task.id) is not task
+
+    def _forget(self, run: Run) -> None:
+        """A taken run that will not start: its task was cancelled before it did. Not counted anywhere."""
+        run.task.running -= 1
+        self._running -= 1
+
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
         if task.interval is not None and task.timer_id is None and self._tasks.get(task.id) is task:
@@ -465,7 +494,7 @@ class Scheduler:
         self.errors.append(f"task {task_id}: {error}")
         if len(self.errors) > MAX_ERRORS:
             del self.errors[0]
-        logger.error("timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+        self._logger.error("timerwheel: task %d failed: %r", task_id, error, exc_info=error)
 
     def _emit(
         self,
@@ -477,6 +506,7 @@ class Scheduler:
         error: BaseException | None = None,
         dropped: bool = False,
         skipped: bool = False,
+        timed_out: bool = False,
     ) -> None:
         observer = self._observer
         if observer is None:
@@ -491,11 +521,12 @@ class Scheduler:
             error=error,
             dropped=dropped,
             skipped=skipped,
+            timed_out=timed_out,
         )
         try:
             observer(event)
         except Exception:
-            logger.exception("timerwheel: the observer raised on %r; ignored", event)
+            self._logger.exception("timerwheel: the observer raised on %r; ignored", event)
 
     # -- introspection --------------------------------------------------------------------------------
 

@@ -1,0 +1,512 @@
+"""ThreadedScheduler: lifecycle, waking, stalls, the pool and backpressure, contexts, errors, stress.
+
+Time comes from a ManualClock: the driver sleeps until the clock is moved past its next due, and
+_settle() waits (on a condition, not a sleep) until nothing is due and no job runs. Jobs that must stay
+running block on threading.Event objects that the test sets. The backend is whichever is in use; the
+pure-Python CI run covers the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    AlreadyRunningError,
+    Backpressure,
+    ClosedError,
+    JobContext,
+    JobEvent,
+    Missed,
+    NotStartedError,
+    RepeatMode,
+    ThreadedScheduler,
+    TimerWheelError,
+)
+from timerwheel.testing import ManualClock
+
+GENEROUS = 10.0  # seconds a blocked test thread may wait on an Event before the test fails instead of hanging
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(50.0)
+
+
+@pytest.fixture
+def events() -> list[JobEvent]:
+    return []
+
+
+@pytest.fixture
+def make(clock: ManualClock, events: list[JobEvent]) -> Iterator[Any]:
+    made: list[ThreadedScheduler] = []
+
+    def factory(**kwargs: Any) -> ThreadedScheduler:
+        kwargs.setdefault("observer", events.append)
+        sched = ThreadedScheduler(clock=clock, **kwargs)
+        sched.start()
+        made.append(sched)
+        return sched
+
+    yield factory
+    for sched in made:
+        sched.close()
+
+
+# -- lifecycle ---------------------------------------------------------------------------------------
+
+
+def test_lifecycle_errors(clock: ManualClock) -> None:
+    s = ThreadedScheduler(clock=clock)
+    with pytest.raises(NotStartedError):
+        s.schedule(1, print)
+    with pytest.raises(NotStartedError):
+        s.cancel(1)
+    with pytest.raises(NotStartedError):
+        s.stop()
+    s.start()
+    with pytest.raises(AlreadyRunningError):
+        s.start()
+    s.stop()
+    s.stop()  # idempotent
+    with pytest.raises(ClosedError):
+        s.schedule(1, print)
+    with pytest.raises(ClosedError):
+        s.reschedule(1, 1)
+    s.close()
+    s.close()
+    with pytest.raises(ClosedError):
+        s.start()
+    for exc in (AlreadyRunningError, ClosedError, NotStartedError):
+        assert issubclass(exc, TimerWheelError) and issubclass(exc, RuntimeError)
+
+
+def test_close_discards_pending_and_joins(clock: ManualClock) -> None:
+    with ThreadedScheduler(clock=clock, workers=2) as s:
+        for i in range(10):
+            s.schedule(i + 1, print)
+        assert s.stats().pending == 10
+    assert s.pending() == [] and s.stats().pending == 0
+    assert not s._driver.is_alive()
+    assert repr(s) == "<ThreadedScheduler closed pending=0>"
+
+
+def test_close_a_never_started_scheduler(clock: ManualClock) -> None:
+    s = ThreadedScheduler(clock=clock)
+    s.close()
+    with pytest.raises(ClosedError):
+        s.start()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "message"),
+    [
+        ({"workers": -1}, ValueError, "workers must be >= 0"),
+        ({"workers": 1.5}, TypeError, "workers must be an int"),
+        ({"queue_size": -2}, ValueError, "queue_size must be >= 0"),
+        ({"backpressure": "drop"}, TypeError, "backpressure must be a Backpressure"),
+        ({"missed": None}, TypeError, "missed must be a Missed"),
+        ({"error_handler": 3}, TypeError, "error_handler must be callable"),
+        ({"logger": "x"}, TypeError, "logger must be a logging.Logger"),
+        ({"slots": 3}, ValueError, "slots must be a power of two"),
+    ],
+)
+def test_constructor_validation(kwargs: dict[str, Any], exc: type[Exception], message: str) -> None:
+    with pytest.raises(exc, match=message):
+        ThreadedScheduler(**kwargs)
+
+
+def test_schedule_validation(make: Any) -> None:
+    s = make()
+    with pytest.raises(ValueError, match="timeout must be > 0"):
+        s.schedule(1, print, timeout=0)
+    with pytest.raises(TypeError, match="context must be a bool"):
+        s.schedule(1, print, context=1)
+    with pytest.raises(ValueError, match="delay must be >= 0"):
+        s.schedule(-1, print)
+    assert s.stats().pending == 0
+
+
+# -- firing and waking -------------------------------------------------------------------------------
+
+
+def test_fires_on_time_from_any_thread(make: Any, clock: ManualClock) -> None:
+    s = make()
+    ran: list[tuple[str, float]] = []
+    ids: list[int] = []
+    t = threading.Thread(target=lambda: ids.append(s.schedule(2, lambda: ran.append(("x", clock())))))
+    t.start()
+    t.join()
+    assert s.next_fire_time(ids[0]) == 52.0  # answers as soon as schedule() returned
+    clock.advance(1.999)
+    s._settle()
+    assert ran == []
+    clock.advance(0.001)
+    s._settle()
+    assert ran == [("x", 52.0)]
+
+
+def test_no_polling_while_idle(make: Any, clock: ManualClock) -> None:
+    """With nothing due for an hour the driver does not wake; an earlier new task wakes it once."""
+    s = make()
+    s.schedule(3600, print)
+    s._settle()
+    before = s._wakeups
+    for _ in range(100):
+        clock.advance(1.0)  # the clock moves, nothing is due: no wake-up
+    s._settle()
+    assert s._wakeups == before
+    ran: list[float] = []
+    s.schedule(5, lambda: ran.append(clock()))  # sooner than the hour: the driver re-arms its wait
+    s._settle()
+    assert s._wakeups == before + 1
+    clock.advance(5)
+    s._settle()
+    assert ran == [155.0] and s._wakeups == before + 2
+
+
+def test_stall_catches_up_in_one_pass(make: Any, clock: ManualClock, events: list[JobEvent]) -> None:
+    s = make()
+    ran: list[str] = []
+    s.schedule(1, ran.append, args=("once",))
+    rec = s.schedule(1, ran.append, 1.0, args=("every",))  # Missed.SKIP by default here
+    clock.set(60.5)  # a 9.5 s stall
+    s._settle()
+    assert sorted(ran) == ["every", "once"]
+    assert s.next_fire_time(rec) == 61.0  # the grid is kept, missed periods skipped
+    assert sorted(e.lateness for e in events) == [9.5, 9.5]
+
+
+def test_missed_default_can_be_overridden(make: Any, clock: ManualClock) -> None:
+    s = make(missed=Missed.DELAY)
+    rec = s.schedule(1, print, 1.0)
+    other = s.schedule(1, print, 1.0, missed=Missed.SKIP)
+    clock.set(60.5)
+    s._settle()
+    assert s.next_fire_time(rec) == 61.5 and s.next_fire_time(other) == 61.0
+
+
+def test_cancel_and_reschedule(make: Any, clock: ManualClock) -> None:
+    s = make()
+    ran: list[str] = []
+    a = s.schedule(1, ran.append, args=("a",))
+    b = s.schedule(1, ran.append, args=("b",))
+    assert s.cancel(a) and not s.cancel(a)
+    assert s.reschedule(b, 10)
+    clock.advance(5)
+    s._settle()
+    assert ran == []
+    clock.advance(5)
+    s._settle()
+    assert ran == ["b"]
+
+
+# -- workers and backpressure ------------------------------------------------------------------------
+
+
+class Gate:
+    """Jobs that block until released, recording where and when they ran."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)
+        self.threads: list[str] = []
+        self.lock = threading.Lock()
+
+    def job(self, *args: Any) -> None:
+        with self.lock:
+            self.threads.append(threading.current_thread().name)
+        self.started.release()
+        assert self.release.wait(GENEROUS)
+
+    def wait_started(self, n: int) -> None:
+        for _ in range(n):
+            assert self.started.acquire(timeout=GENEROUS)
+
+
+def test_fixed_rate_runs_overlap_on_workers(make: Any, clock: ManualClock) -> None:
+    s = make(workers=3)
+    gate = Gate()
+    s.schedule(1, gate.job, 1.0)
+    for _ in range(3):
+        clock.advance(1)
+        gate.wait_started(1)
+    assert s.stats().running == 3
+    gate.release.set()
+    s._settle()
+    assert s.stats().running == 0 and s.stats().executed == 3
+    assert all(name.startswith("timerwheel-worker-") for name in gate.threads)
+
+
+def test_fixed_delay_never_overlaps(make: Any, clock: ManualClock) -> None:
+    s = make(workers=3)
+    gate = Gate()
+    tid = s.schedule(1, gate.job, 1.0, mode=RepeatMode.FIXED_DELAY)
+    clock.advance(1)
+    gate.wait_started(1)
+    clock.advance(5)
+    assert s.stats().running == 1 and s.next_fire_time(tid) is None
+    gate.release.set()
+    s._settle()
+    assert s.next_fire_time(tid) == 57.0  # finished at 56, + interval
+
+
+def test_skip_if_running_skips_and_counts(make: Any, clock: ManualClock, events: list[JobEvent]) -> None:
+    s = make(workers=2)
+    gate = Gate()
+    s.schedule(1, gate.job, 1.0, mode=RepeatMode.SKIP_IF_RUNNING)
+    clock.advance(1)
+    gate.wait_started(1)
+    clock.advance(1)
+    _settle_while_blocked(s)
+    assert s.stats().skipped == 1 and s.stats().running == 1
+    assert [e.skipped for e in events] == [True]
+    gate.release.set()
+    s._settle()
+
+
+def _settle_while_blocked(s: ThreadedScheduler) -> None:
+    """Wait for the driver to go back to sleep (a job may still be running on a worker)."""
+    end = time.monotonic() + GENEROUS
+    with s._lock:
+        while s._sleep_until == float("-inf") or s._next_wait() == 0.0:
+            assert time.monotonic() < end, "driver did not go back to sleep"
+            s._settled.wait(0.05)
+
+
+@pytest.mark.parametrize("policy", list(Backpressure))
+def test_backpressure(make: Any, clock: ManualClock, events: list[JobEvent], policy: Backpressure) -> None:
+    s = make(workers=1, queue_size=1, backpressure=policy)
+    gate = Gate()
+    s.schedule(1, gate.job)  # occupies the only worker
+    clock.advance(1)
+    gate.wait_started(1)
+    where: list[str] = []
+
+    def record() -> None:
+        where.append(threading.current_thread().name)
+
+    s.schedule(1, record)  # queued
+    s.schedule(1, record)  # the queue is full: the policy decides
+    rec = s.schedule(1, record, 10.0)  # a repeating task stays armed when dropped
+    clock.advance(1)
+    if policy is Backpressure.DROP:
+        _settle_while_blocked(s)
+        assert s.stats().dropped == 2 and sum(e.dropped for e in events) == 2
+        assert s.next_fire_time(rec) == 62.0
+        gate.release.set()
+        s._settle()
+        assert where == ["timerwheel-worker-0"] and s.stats().executed == 2
+    elif policy is Backpressure.RUN_INLINE:
+        _settle_while_blocked(s)
+        assert where == ["timerwheel-driver", "timerwheel-driver"]
+        gate.release.set()
+        s._settle()
+        assert where[2:] == ["timerwheel-worker-0"] and s.stats().dropped == 0
+    else:  # BLOCK: the driver waits for room; everything runs in the end, on the worker
+        gate.release.set()
+        s._settle()
+        assert where == ["timerwheel-worker-0"] * 3 and s.stats().dropped == 0
+    assert s.stats().executed == 4 - s.stats().dropped
+
+
+def test_block_does_not_outlive_close(clock: ManualClock) -> None:
+    s = ThreadedScheduler(clock=clock, workers=1, queue_size=1)
+    s.start()
+    gate = Gate()
+    for _ in range(3):
+        s.schedule(1, gate.job)
+    clock.advance(1)
+    gate.wait_started(1)
+    closer = threading.Thread(target=s.close)
+    closer.start()  # the driver is blocked waiting for room: close() must unblock it
+    gate.release.set()
+    closer.join(GENEROUS)
+    assert not closer.is_alive()
+    assert s.stats().executed + s.stats().dropped == 3
+
+
+def test_cancel_true_means_never_starts_again(make: Any, clock: ManualClock) -> None:
+    """A repeating task's run already queued behind a busy worker does not start after cancel()."""
+    s = make(workers=1)
+    gate = Gate()
+    s.schedule(1, gate.job)
+    ran: list[int] = []
+    rec = s.schedule(1, ran.append, 5.0, args=(1,))
+    clock.advance(1)
+    gate.wait_started(1)
+    _settle_while_blocked(s)  # rec's run is queued behind the gate
+    assert s.cancel(rec)
+    gate.release.set()
+    s._settle()
+    assert ran == [] and s.stats().running == 0
+
+
+# -- contexts, timeouts, errors, warnings ------------------------------------------------------------
+
+
+def test_context_and_timeout(make: Any, clock: ManualClock, events: list[JobEvent], caplog: Any) -> None:
+    s = make(workers=1)
+    seen: list[tuple[int, float, bool]] = []
+
+    def job(ctx: JobContext, x: int) -> None:
+        seen.append((ctx.task_id, ctx.scheduled_for, ctx.cancelled.is_set()))
+        assert ctx.cancelled.wait(GENEROUS)  # returns when the timeout elapses on the (manual) clock
+
+    tid = s.schedule(1, job, args=(7,), context=True, timeout=2.0)
+    clock.advance(1)
+    _wait_for(lambda: len(seen) == 1)
+    with caplog.at_level(logging.WARNING, logger="timerwheel"):
+        clock.advance(1.5)
+        _settle_while_blocked(s)
+        assert s.stats().running == 1  # 1.5 s in: not yet timed out
+        clock.advance(0.5)
+        s._settle()
+    assert seen == [(tid, 51.0, False)]
+    assert events[-1].timed_out and events[-1].task_id == tid
+    assert "past its timeout" in caplog.text
+
+
+def test_stop_sets_running_contexts(clock: ManualClock) -> None:
+    s = ThreadedScheduler(clock=clock, workers=1)
+    s.start()
+    started = threading.Event()
+    saw: list[bool] = []
+
+    def job(ctx: JobContext) -> None:
+        started.set()
+        saw.append(ctx.cancelled.wait(GENEROUS))
+
+    s.schedule(1, job, context=True)
+    clock.advance(1)
+    assert started.wait(GENEROUS)
+    s.close()
+    assert saw == [True]
+
+
+def test_errors_never_stop_anything(make: Any, clock: ManualClock, caplog: Any) -> None:
+    handled: list[tuple[int, str]] = []
+    s = make(workers=2, error_handler=lambda tid, exc: handled.append((tid, type(exc).__name__)))
+    ran: list[str] = []
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    def exit_job() -> None:
+        raise SystemExit(3)
+
+    a = s.schedule(1, boom, 1.0)
+    b = s.schedule(1, exit_job)
+    s.schedule(1, ran.append, args=("ok",))
+    with caplog.at_level(logging.ERROR, logger="timerwheel"):
+        clock.advance(1)
+        s._settle()
+    assert ran == ["ok"]
+    assert sorted(handled) == [(a, "ValueError"), (b, "SystemExit")]
+    assert f"task {a}: boom" in s.errors
+    assert s.next_fire_time(a) == 52.0  # still re-armed
+    clock.advance(1)
+    s._settle()
+    assert s.stats().failed == 3  # the workers survived SystemExit
+
+
+def test_error_handler_that_raises_is_logged(make: Any, clock: ManualClock, caplog: Any) -> None:
+    def handler(tid: int, exc: BaseException) -> None:
+        raise RuntimeError("handler broke")
+
+    s = make(error_handler=handler)
+    s.schedule(1, lambda: 1 / 0)
+    with caplog.at_level(logging.ERROR, logger="timerwheel"):
+        clock.advance(1)
+        s._settle()
+    assert "error_handler raised" in caplog.text
+    assert s.stats().failed == 1
+
+
+def test_slow_repeating_job_warns(make: Any, clock: ManualClock, caplog: Any) -> None:
+    s = make()
+    s.schedule(1, lambda: clock.advance(0.6), 1.0, mode=RepeatMode.FIXED_DELAY)
+    with caplog.at_level(logging.WARNING, logger="timerwheel"):
+        clock.advance(1)
+        s._settle()
+    assert "more than half its interval" in caplog.text
+
+
+def test_own_logger(clock: ManualClock, caplog: Any) -> None:
+    mine = logging.getLogger("my.app.timers")
+    with ThreadedScheduler(clock=clock, logger=mine) as s:
+        s.schedule(1, lambda: 1 / 0)
+        with caplog.at_level(logging.ERROR, logger="my.app.timers"):
+            clock.advance(1)
+            s._settle()
+    assert any(r.name == "my.app.timers" for r in caplog.records)
+
+
+def _wait_for(condition: Any) -> None:
+    end = time.monotonic() + GENEROUS
+    while not condition():
+        assert time.monotonic() < end, "condition not reached"
+        time.sleep(0.001)  # polling a test condition, not waiting for time to pass
+
+
+# -- stress and real time ----------------------------------------------------------------------------
+
+
+def test_stress_every_task_runs_once_or_is_cancelled() -> None:
+    """8 threads schedule and cancel 100k tasks each while the driver runs on the real clock.
+
+    Correctness only: every task either ran exactly once or was cancelled (cancel returned True), never
+    both, never neither, and nothing is left pending at the end. Dues are 0 to 2 ms away, so cancels race
+    with runs.
+    """
+    threads, per_thread = 8, 100_000
+    ran = bytearray(threads * per_thread)
+    cancelled = bytearray(threads * per_thread)
+    with ThreadedScheduler(workers=2) as s:
+
+        def hit(key: int) -> None:
+            ran[key] += 1
+
+        def worker(t: int) -> None:
+            rng = random.Random(t)
+            for i in range(per_thread):
+                key = t * per_thread + i
+                tid = s.schedule(rng.random() * 0.002, hit, args=(key,))
+                if rng.random() < 0.5 and s.cancel(tid):
+                    cancelled[key] = 1
+
+        pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        end = time.monotonic() + 30
+        while s.stats().pending or s.stats().running:
+            assert time.monotonic() < end
+            time.sleep(0.01)  # real-clock test: waiting for the last dues (2 ms away) to pass
+        assert s.stats().pending == 0
+    assert all(r + c == 1 for r, c in zip(ran, cancelled, strict=True))
+    assert s.stats().executed == sum(ran) and s.stats().cancelled == sum(cancelled)
+
+
+@pytest.mark.realtime
+def test_real_clock_fires_not_before_due() -> None:
+    """On the real clock a 50 ms timer fires after its due and within 2 s.
+
+    The upper bound is generous because CI machines are shared and can stall a thread for hundreds of
+    milliseconds; the lower bound is exact (never before due).
+    """
+    fired = threading.Event()
+    times: list[float] = []
+    with ThreadedScheduler() as s:
+        start = time.monotonic()
+        s.schedule(0.05, lambda: (times.append(time.monotonic()), fired.set()))
+        assert fired.wait(2.0)
+    assert times[0] - start >= 0.05
