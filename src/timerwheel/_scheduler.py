@@ -72,7 +72,7 @@ class _Task:
         fn: Callable[..., Any],
         interval: float | None,
         args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        kwargs: dict[str, Any] | None,
         mode: RepeatMode,
         missed: Missed,
         due: float,
@@ -111,6 +111,8 @@ class Run:
     def call(self) -> Any:
         """Call the job with its arguments (no error handling: the driver reports the outcome)."""
         task = self.task
+        if task.kwargs is None:
+            return task.fn(*task.args)
         return task.fn(*task.args, **task.kwargs)
 
 
@@ -233,9 +235,10 @@ class Scheduler:
             ValueError: delay < 0, interval <= 0, or either not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        delay = _seconds(delay, "delay")
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+            delay = _seconds(delay, "delay")
+            if delay < 0:
+                raise ValueError(f"delay must be >= 0, got {delay!r}")
         return self._add(self._clock() + delay, fn, interval, args, kwargs, mode, missed)
 
     def schedule_at(
@@ -280,7 +283,7 @@ class Scheduler:
         if isinstance(args, (str, bytes)):
             raise TypeError("args must be an iterable of arguments, not a string")
         args = tuple(args)
-        kw = {} if kwargs is None else dict(kwargs)
+        kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
         task = _Task(self._last_id + 1, fn, interval, args, kw, mode, missed, due)
         task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed yet
         self._last_id = task.id
@@ -294,7 +297,9 @@ class Scheduler:
             True if the task was scheduled; False if unknown, already finished (a one-shot that has started
             counts as finished) or already cancelled.
         """
-        task = self._tasks.pop(self._check_id(task_id), None)
+        if type(task_id) is not int:
+            self._check_id(task_id)
+        task = self._tasks.pop(task_id, None)
         if task is None:
             return False
         if task.timer_id is not None:

@@ -437,7 +437,7 @@ class ThreadedScheduler:
         self._lock.release()
         try:
             if use_context:
-                task.fn(ctx, *task.args, **task.kwargs)
+                task.fn(ctx, *task.args, **(task.kwargs or {}))
             else:
                 run.call()
         except BaseException as exc:  # a scheduler thread never dies of a job
