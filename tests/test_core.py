@@ -434,3 +434,29 @@ def test_twins_have_the_same_public_names(core: ModuleType) -> None:
     assert public(core.TimerWheel) == public(_core_py.TimerWheel)
     for name in _core_py.__all__:
         assert getattr(core, name) == getattr(_core_py, name) or callable(getattr(core, name))
+
+
+def test_clear_with_an_item_whose_del_calls_back(core: ModuleType) -> None:
+    """Items die after clear() has finished its bookkeeping: a __del__ may use the wheel."""
+    w = make(core)
+    ids: list[int] = []
+
+    class CallsBack:
+        def __del__(self) -> None:
+            assert w.cancel(ids[-1]) is False  # already cleared
+            w.add(1.0, "added from __del__")
+
+    ids += [w.add(0, CallsBack()), w.add(0, "b")]
+    w.clear()
+    w._check()
+    assert len(w) == 1
+    a, b = w.add(0, "x"), w.add(0, "y")
+    assert a != b
+
+
+def test_new_without_init_is_a_default_wheel(core: ModuleType) -> None:
+    w = core.TimerWheel.__new__(core.TimerWheel)
+    if core.__name__.endswith("_core_py"):
+        w.__init__()  # a Python object without __init__ has no state at all
+    tid = w.add(1.0, "x")
+    assert w.advance(2.0) == [(tid, "x")]

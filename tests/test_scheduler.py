@@ -631,3 +631,64 @@ def test_recurring_task_moved_to_now_by_a_job_waits_for_the_next_call(
     assert s.next_fire_time(rec) == 102.0 and s.next_fire_time(own) == 102.0
     assert s.run_pending() == 2  # the next call: both run once more
     assert log.names == ["rec", "rec"]
+
+
+# -- regressions found in review ---------------------------------------------------------------------
+
+
+def test_deferred_task_cancelled_later_in_the_call_stays_cancelled(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    s = make(clock)
+    ran: list[float] = []
+    rec = s.schedule(1.0, lambda: ran.append(clock()), 10.0)
+
+    def mover() -> None:
+        s.reschedule(rec, 0.0)  # rec already ran in this call: it waits for the next call...
+        s.schedule(0.0, lambda: s.cancel(rec))  # ...and is cancelled before that
+
+    s.schedule(1.0, mover)
+    clock.advance(1)
+    s.run_pending()
+    for _ in range(3):
+        clock.advance(10)
+        s.run_pending()
+    assert ran == [101.0]
+    assert s.stats().pending == 0 and s.pending() == []
+
+
+def test_deferred_task_rescheduled_later_in_the_call_is_armed_once(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    s = make(clock)
+    rec = s.schedule(1.0, print, 10.0)
+
+    def mover() -> None:
+        s.reschedule(rec, 0.0)
+        s.schedule(0.0, lambda: s.reschedule(rec, 5.0))
+
+    s.schedule(1.0, mover)
+    clock.advance(1)
+    s.run_pending()
+    assert s.next_fire_time(rec) == 106.0
+    assert s.stats().pending == 1 and len(s.pending()) == 1
+
+
+def test_skip_grid_with_interval_below_clock_resolution_terminates(make: MakeSched) -> None:
+    s = make(ManualClock(1e9))
+    tid = s.schedule(0, print, 1e-300, missed=Missed.SKIP)
+    assert s.run_pending() == 1
+    assert s.next_fire_time(tid) == math.nextafter(1e9, math.inf)
+
+
+def test_run_pending_from_a_job_is_refused(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    s.schedule(0, s.run_pending)
+    logging.disable(logging.ERROR)
+    try:
+        assert s.run_pending() == 1
+    finally:
+        logging.disable(logging.NOTSET)
+    assert s.errors == ["task 1: run_pending() must not be called from a job it runs"]
+    s.schedule(0, print)
+    assert s.run_pending() == 1  # the refusal left the scheduler usable

@@ -56,3 +56,10 @@ def test_a_subscriber_may_read_the_clock() -> None:
     clock.subscribe(lambda now: seen.append(clock() - now))
     clock.advance(2)
     assert seen == [0.0]
+
+
+def test_advance_past_the_largest_float_is_refused() -> None:
+    clock = ManualClock(1e308)
+    with pytest.raises(ValueError, match="past the largest float"):
+        clock.advance(1e308)
+    assert clock() == 1e308

@@ -156,11 +156,11 @@ cdef class TimerWheel:
     cdef uint32_t _scratch_cap
     cdef list _items                # a Python list beside the pool: the GC sees the items
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
+        # Everything is set up here, not in __init__: TimerWheel.__new__(TimerWheel) alone gives a valid
+        # default wheel rather than NULL arrays.
         self._items = []
         self._free = C_ID_MASK
-
-    def __init__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
         cdef double res = _seconds(resolution, "resolution")
         if res <= 0:
             raise ValueError(f"resolution must be > 0 seconds, got {res!r}")
@@ -174,8 +174,6 @@ cdef class TimerWheel:
         if not 1 <= levels <= MAX_LEVELS:
             raise ValueError(f"levels must be from 1 to {MAX_LEVELS}, got {levels}")
         cdef double st = _seconds(start, "start")
-        if self._buckets != NULL:
-            raise RuntimeError("TimerWheel.__init__ must not be called twice")
         self._resolution = res
         self._ticks_per_second = 1.0 / res   # a multiplication per conversion, not a division
         self._slots = slots
@@ -199,6 +197,9 @@ cdef class TimerWheel:
         memset(self._buckets, 0, nbuckets * sizeof(Bucket))
         memset(self._bitmaps, 0, used * self._words * sizeof(uint64_t))
         memset(self._top_epoch, 0, slots * sizeof(int64_t))
+
+    def __init__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
+        pass   # all done in __cinit__
 
     def __dealloc__(self):
         cdef int b
@@ -511,17 +512,19 @@ cdef class TimerWheel:
         return self._lookup(timer_id) >= 0
 
     def clear(self):
-        """Remove every pending timer; their ids become stale. `now` is kept. O(pending)."""
+        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending)."""
         cdef int bucket
         cdef uint32_t i
         cdef Bucket* b
+        cdef list dropped = []   # the items die after the bookkeeping: a __del__ may call back into us
         for bucket in range(self._current + 1):
             b = &self._buckets[bucket]
             for i in range(b.len):
-                self._release(b.items[i])
+                dropped.append(self._release(b.items[i]))
             b.len = 0
         memset(self._bitmaps, 0, (self._top + 1) * self._words * sizeof(uint64_t))
         self._min_valid = False
+        del dropped
 
     # -- time -----------------------------------------------------------------------------------------
 

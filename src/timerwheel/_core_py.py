@@ -468,14 +468,16 @@ class TimerWheel:
         return self._lookup(timer_id) >= 0
 
     def clear(self) -> None:
-        """Remove every pending timer; their ids become stale. `now` is kept. O(pending)."""
+        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending)."""
+        dropped = []  # the items die after the bookkeeping: a __del__ may call back into the wheel
         for bucket, lst in enumerate(self._buckets):
             for idx in lst:
-                self._release(idx)
+                dropped.append(self._release(idx))
             lst.clear()
             if bucket < self._current:
                 self._bitmaps[bucket // self._slots] = 0
         self._min_valid = False
+        del dropped
 
     # -- time -----------------------------------------------------------------------------------------
 

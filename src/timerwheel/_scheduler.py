@@ -117,14 +117,21 @@ class Run:
 
 
 def _first_grid_point_after(origin: float, interval: float, now: float) -> float:
-    """The least origin + k * interval (k >= 1) that is after now, exactly as computed in floats."""
+    """The least origin + k * interval (k >= 1) that is after now, exactly as computed in floats.
+
+    The division rounds, so k is stepped a few times either way. If the interval is below the float
+    resolution of the clock's values, no grid point is after now: the next representable time is.
+    """
     k = max(1, math.floor((now - origin) / interval) + 1)
-    # the division rounds: step k to the least integer whose grid point is after now
-    while k > 1 and origin + (k - 1) * interval > now:
-        k -= 1
-    while not origin + k * interval > now:
+    for _ in range(4):
+        if k > 1 and origin + (k - 1) * interval > now:
+            k -= 1
+    for _ in range(4):
+        due = origin + k * interval
+        if due > now:
+            return due
         k += 1
-    return origin + k * interval
+    return math.nextafter(now, math.inf)
 
 
 class Scheduler:
@@ -200,6 +207,7 @@ class Scheduler:
         """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
         self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
         self._calls = 0  # _run_due calls so far
+        self._in_run_due = False  # a job calling run_pending() again would break the once-per-call rule
         self._logger = logger  # a driver may set its own
 
     def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
@@ -357,6 +365,8 @@ class Scheduler:
 
     def _run_due(self, now: float, execute: Callable[[Run], object]) -> int:
         """Take every task due at `now`, apply the run rules, hand each run to `execute`; count them."""
+        if self._in_run_due:
+            raise RuntimeError("run_pending() must not be called from a job it runs")
         store = self._store
         if now < store.now:  # a clock that stepped back: time does not go backwards in here
             now = store.now
@@ -365,6 +375,7 @@ class Scheduler:
         deferred: list[_Task] = []  # recurring tasks due again in this call (a job moved them): next call
         batch: list[tuple[int, Any]] = []
         taken = 0  # entries of `batch` dealt with
+        self._in_run_due = True
         try:
             while True:
                 batch = store.advance(now)  # again after each batch: jobs may schedule due tasks (rule 6)
@@ -386,8 +397,10 @@ class Scheduler:
                 if task.timer_id == timer_id:
                     task.timer_id = None
                     deferred.append(task)
-            for task in deferred:
-                task.timer_id = store.add_at(task.due, task)
+            for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
+                if task.timer_id is None and self._tasks.get(task.id) is task:
+                    task.timer_id = store.add_at(task.due, task)
+            self._in_run_due = False
 
     def _fire(self, task: _Task, now: float, execute: Callable[[Run], object]) -> int:
         scheduled_for = task.due

@@ -314,7 +314,7 @@ class ThreadedScheduler:
             )
             if context or timeout is not None:
                 self._sched._tasks[task_id].extra = (context, timeout)
-            self._rewake()
+            self._wake_for(self._sched.next_fire_time(task_id))
             return task_id
 
     def cancel(self, task_id: int) -> bool:
@@ -328,7 +328,7 @@ class ThreadedScheduler:
         with self._lock:
             self._check_running()
             moved = self._sched.reschedule(task_id, delay)
-            self._rewake()
+            self._wake_for(self._sched.next_fire_time(task_id))
             return moved
 
     def next_fire_time(self, task_id: int) -> float | None:
@@ -392,10 +392,12 @@ class ThreadedScheduler:
             wait = until if wait is None else min(wait, until)
         return wait
 
-    def _rewake(self) -> None:
-        """Wake the sleeping driver if its next thing to do is now earlier than the time it sleeps until."""
-        wait = self._next_wait()
-        if wait is not None and self._clock() + wait < self._sleep_until:
+    def _wake_for(self, due: float | None) -> None:
+        """Wake the sleeping driver if `due` (a new due or deadline) comes before the time it sleeps until.
+
+        O(1): one comparison, no clock read; while the driver is awake it sees every change itself.
+        """
+        if due is not None and due < self._sleep_until:
             self._woken = True
             self._wake.notify()
 
@@ -432,7 +434,7 @@ class ThreadedScheduler:
             self._live.add(ctx)
             if timeout is not None:
                 deadline_id = self._deadlines.add_at(started + timeout, ctx)
-                self._rewake()
+                self._wake_for(started + timeout)
         error: BaseException | None = None
         self._lock.release()
         try:
@@ -453,7 +455,7 @@ class ThreadedScheduler:
             timed_out = ctx.timed_out or (timeout is not None and finished - started > timeout)
         self._sched._finish(run, started, error, finished, timed_out=timed_out)
         self._report(run, error, finished - started, timed_out)
-        self._rewake()
+        self._wake_for(self._sched.next_fire_time(task.id))  # a FIXED_DELAY task re-armed just now
 
     def _report(self, run: Run, error: BaseException | None, duration: float, timed_out: bool) -> None:
         task = run.task

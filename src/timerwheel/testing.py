@@ -51,8 +51,10 @@ class ManualClock:
         if seconds < 0:
             raise ValueError(f"seconds must be >= 0 (the clock never goes backwards), got {seconds!r}")
         with self._lock:
-            self._now += seconds
-            now = self._now
+            now = self._now + seconds
+            if not math.isfinite(now):
+                raise ValueError(f"seconds takes the clock past the largest float: {seconds!r}")
+            self._now = now
         self._notify(now)
         return now
 
