@@ -122,3 +122,12 @@ def test_stub_matches_the_python_twin() -> None:
         "ID_MASK",
         "FREE",
     }
+
+
+def test_typed_usage_example_runs() -> None:
+    """examples/typed_usage.py is what mypy --strict checks as a user's code; it must also run."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "typed_usage.py"
+    out = subprocess.run([sys.executable, str(example)], capture_output=True, text=True, check=True)
+    assert out.stdout.split()[-2:] == [timerwheel.BACKEND, timerwheel.__version__]
