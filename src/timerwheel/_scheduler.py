@@ -288,9 +288,10 @@ class Scheduler:
             raise TypeError(f"mode must be a RepeatMode, not {mode!r}")
         if not isinstance(missed, Missed):
             raise TypeError(f"missed must be a Missed, not {missed!r}")
-        if isinstance(args, (str, bytes)):
-            raise TypeError("args must be an iterable of arguments, not a string")
-        args = tuple(args)
+        if type(args) is not tuple:
+            if isinstance(args, (str, bytes)):
+                raise TypeError("args must be an iterable of arguments, not a string")
+            args = tuple(args)
         kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
         task = _Task(self._last_id + 1, fn, interval, args, kw, mode, missed, due)
         task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed yet
