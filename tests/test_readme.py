@@ -1,4 +1,4 @@
-"""The README's Python examples run as they are written, so they cannot rot."""
+"""The Python examples of the README and of docs/ run as they are written, so they cannot rot."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [
+    block
+    for page in PAGES
+    for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
+]
 
 
 def test_readme_has_examples() -> None:

@@ -131,8 +131,8 @@ class TimerWheel:
         >>> b = w.add(0.005, "b")
         >>> w.next_due()
         0.005
-        >>> [item for _, item in w.advance(0.010)]
-        ['b', 'a']
+        >>> " then ".join(item for _, item in w.advance(0.010))
+        'b then a'
 
     Args:
         resolution: seconds per tick, > 0 and finite (default 1 ms).

@@ -169,7 +169,9 @@ class Scheduler:
 
     Args:
         clock: a callable returning monotonic seconds (time.monotonic; ManualClock in tests).
-        resolution, slots, levels: the geometry of the TimerWheel (see TimerWheel).
+        resolution: seconds per tick of the TimerWheel.
+        slots: slots per level of the TimerWheel.
+        levels: levels of the TimerWheel.
         observer: called with a JobEvent for every run, drop and skip; its errors are logged, never raised.
 
     Example:

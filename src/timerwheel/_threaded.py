@@ -80,7 +80,9 @@ class ThreadedScheduler:
 
     Args:
         clock: monotonic seconds (default time.monotonic); a ManualClock in tests.
-        resolution, slots, levels: the TimerWheel geometry.
+        resolution: seconds per tick of the TimerWheel.
+        slots: slots per level of the TimerWheel.
+        levels: levels of the TimerWheel.
         workers: worker threads; 0 runs jobs on the driver thread.
         queue_size: most due runs waiting for a worker (0: no bound); only with workers.
         backpressure: what to do with a due run when that queue is full.
