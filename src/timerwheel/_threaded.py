@@ -208,10 +208,8 @@ class ThreadedScheduler:
 
         Called from a job, it does not wait for the thread it runs on.
         """
-        threads = [self._driver] if self._driver.is_alive() else []
-        for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
+        if self._driver.is_alive() and self._driver is not threading.current_thread():
+            self._driver.join(timeout)
         if self._pool is not None:
             self._pool.join(timeout)
 
