@@ -45,6 +45,7 @@ def test_no_python_wrapper_on_the_hot_path() -> None:
 PUBLIC = [
     "BACKEND",
     "AlreadyRunningError",
+    "AsyncScheduler",
     "Backpressure",
     "ClosedError",
     "HeapScheduler",
@@ -67,7 +68,7 @@ def test_every_public_name_has_a_docstring() -> None:
     import timerwheel.testing
 
     names = [getattr(timerwheel, n) for n in PUBLIC if n not in ("BACKEND", "__version__")]
-    names.append(timerwheel.testing.ManualClock)
+    names += [timerwheel.testing.ManualClock, timerwheel.testing.VirtualTimeLoop]
     for obj in names:
         assert obj.__doc__ and obj.__doc__.strip(), obj
         for attr, member in vars(obj).items():

@@ -63,3 +63,54 @@ def test_advance_past_the_largest_float_is_refused() -> None:
     with pytest.raises(ValueError, match="past the largest float"):
         clock.advance(1e308)
     assert clock() == 1e308
+
+
+def test_virtual_time_loop_jumps_to_the_next_timer() -> None:
+    import asyncio
+
+    from timerwheel.testing import VirtualTimeLoop
+
+    loop = VirtualTimeLoop(start=50.0)
+    order: list[str] = []
+    try:
+        assert loop.time() == 50.0
+        loop.call_later(7200, order.append, "late")
+        loop.call_later(3600, order.append, "early")
+        loop.run_until_complete(asyncio.sleep(7200.5))
+        assert order == ["early", "late"]
+        assert loop.time() == 7250.5
+    finally:
+        loop.close()
+
+
+def test_virtual_time_loop_serves_ready_io_before_moving_time() -> None:
+    import asyncio
+    import socket
+
+    from timerwheel.testing import VirtualTimeLoop
+
+    loop = VirtualTimeLoop()
+    left, right = socket.socketpair()
+    try:
+        right.sendall(b"ping")
+
+        async def read() -> bytes:
+            reader, writer = await asyncio.open_connection(sock=left)
+            async with asyncio.timeout(10):
+                data = await reader.read(4)
+            writer.close()
+            return data
+
+        start = loop.time()
+        assert loop.run_until_complete(read()) == b"ping"
+        assert loop.time() == start  # the data was there: no timer was waited for
+    finally:
+        right.close()
+        loop.close()
+
+
+def test_virtual_time_loop_rejects_a_bad_start() -> None:
+    from timerwheel.testing import VirtualTimeLoop
+
+    with pytest.raises(ValueError, match="start"):
+        VirtualTimeLoop(start=float("nan"))

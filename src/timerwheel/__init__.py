@@ -1,10 +1,12 @@
 """timerwheel: O(1) timers for programs that track very many of them.
 
 TimerWheel is the core data structure; Scheduler is the job engine on it; ThreadedScheduler drives the
-engine from its own thread, with a worker pool; HeapScheduler is the same engine on a binary heap, for
+engine from its own thread, with a worker pool; AsyncScheduler drives it from an asyncio event loop, with
+wheel-backed timeouts; HeapScheduler is the same engine on a binary heap, for
 comparisons. timerwheel.testing has ManualClock for tests.
 """
 
+from ._asyncio import AsyncScheduler
 from ._core import BACKEND, TimerWheel
 from ._heap import HeapScheduler
 from ._scheduler import Scheduler
@@ -26,6 +28,7 @@ from ._version import __version__
 __all__ = [
     "BACKEND",
     "AlreadyRunningError",
+    "AsyncScheduler",
     "Backpressure",
     "ClosedError",
     "HeapScheduler",

@@ -26,7 +26,7 @@ from ._core import TimerWheel
 from ._core_py import _seconds
 from ._types import JobEvent, Missed, RepeatMode, Stats, TimerInfo
 
-__all__ = ["Scheduler"]
+__all__ = ["Run", "Scheduler", "report_run"]
 
 logger = logging.getLogger("timerwheel")
 
@@ -578,4 +578,35 @@ class Scheduler:
             dropped=self._dropped,
             skipped=self._skipped,
             failed=self._failed,
+        )
+
+
+def report_run(
+    logger: logging.Logger,
+    error_handler: Callable[[int, BaseException], object] | None,
+    task_id: int,
+    interval: float | None,
+    error: BaseException | None,
+    duration: float,
+    timed_out: bool = False,
+) -> None:
+    """What a driver does after a run finished, beyond the engine's accounting (shared by the drivers).
+
+    Pass a failed run's error to `error_handler` (whose own errors are logged, never raised); warn about a
+    run past its timeout, and about a run longer than half its task's interval.
+    """
+    if error is not None and error_handler is not None:
+        try:
+            error_handler(task_id, error)
+        except Exception:
+            logger.exception("timerwheel: the error_handler raised for task %d; ignored", task_id)
+    if timed_out:
+        logger.warning("timerwheel: task %d ran %.3f s, past its timeout", task_id, duration)
+    if interval is not None and duration > interval / 2:
+        logger.warning(
+            "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
+            "probably the wrong knob",
+            task_id,
+            duration,
+            interval,
         )

@@ -16,7 +16,7 @@ from typing import Any
 from ._core import TimerWheel
 from ._core_py import _seconds
 from ._pool import WorkerPool
-from ._scheduler import Run, Scheduler
+from ._scheduler import Run, Scheduler, report_run
 from ._types import (
     AlreadyRunningError,
     Backpressure,
@@ -454,26 +454,10 @@ class ThreadedScheduler:
                 self._deadlines.cancel(deadline_id)
             timed_out = ctx.timed_out or (timeout is not None and finished - started > timeout)
         self._sched._finish(run, started, error, finished, timed_out=timed_out)
-        self._report(run, error, finished - started, timed_out)
+        report_run(
+            self._logger, self._error_handler, task.id, task.interval, error, finished - started, timed_out
+        )
         self._wake_for(self._sched.next_fire_time(task.id))  # a FIXED_DELAY task re-armed just now
-
-    def _report(self, run: Run, error: BaseException | None, duration: float, timed_out: bool) -> None:
-        task = run.task
-        if error is not None and self._error_handler is not None:
-            try:
-                self._error_handler(task.id, error)
-            except Exception:
-                self._logger.exception("timerwheel: the error_handler raised for task %d; ignored", task.id)
-        if timed_out:
-            self._logger.warning("timerwheel: task %d ran %.3f s, past its timeout", task.id, duration)
-        if task.interval is not None and duration > task.interval / 2:
-            self._logger.warning(
-                "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
-                "probably the wrong knob",
-                task.id,
-                duration,
-                task.interval,
-            )
 
     def _time_out(self, ctx: JobContext) -> None:
         ctx.timed_out = True

@@ -1,0 +1,620 @@
+"""AsyncScheduler: the job engine and wheel-backed timeouts on an asyncio event loop, with no threads.
+
+The loop holds at most one timer handle of ours, armed at the earliest due we know of. Everything else is
+in two wheels: the Scheduler's (jobs) and `_timers` (the deadlines of timeout() and sleep()). Moving a
+deadline later never touches the loop: the handle stays where it is, and when it fires early it finds
+nothing due and is armed again at the true next due. Moving one earlier re-arms the handle, O(1) too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+from asyncio import events
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any
+
+from ._core import TimerWheel
+from ._scheduler import Run, Scheduler, report_run
+from ._types import (
+    AlreadyRunningError,
+    Backpressure,
+    ClosedError,
+    JobEvent,
+    Missed,
+    NotStartedError,
+    RepeatMode,
+    Stats,
+    TimerInfo,
+)
+
+__all__ = ["AsyncScheduler"]
+
+_get_running_loop = events._get_running_loop  # C: the running loop of this thread, or None; no exception
+_ENTERED = asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]  # where asyncio lets it move
+
+
+class _Timer:
+    """One deadline in AsyncScheduler._timers: what Timeout keeps as its `_timeout_handler`.
+
+    `id` is its entry in the wheel, None once it fired or was cancelled (or when it never fires: a due too
+    far to represent). After the scheduler closed, a timer still pending lives on as a loop handle
+    (`fallback`), so no deadline is lost at shutdown.
+    """
+
+    __slots__ = ("callback", "fallback", "id", "timers", "when")
+
+    def __init__(self, timers: TimerWheel, when: float, callback: Callable[[], object]) -> None:
+        self.timers = timers
+        self.when = when
+        self.callback = callback
+        self.id: int | None = None
+        self.fallback: asyncio.TimerHandle | None = None
+
+    def cancel(self) -> None:
+        """Cancel the deadline (the interface asyncio.Timeout expects of its handle)."""
+        if self.id is not None:
+            self.timers.cancel(self.id)
+            self.id = None
+        elif self.fallback is not None:
+            self.fallback.cancel()
+            self.fallback = None
+
+
+class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final; we only replace the handle
+    """asyncio's own Timeout, whose deadline lives in an AsyncScheduler's wheel instead of the loop's heap.
+
+    Everything but reschedule() is asyncio's code for the running Python version (entering, exiting,
+    expiring, uncancel(), the repr), so it behaves as asyncio.timeout() does. reschedule() keeps asyncio's
+    rules: None disables; a deadline at or before loop.time() expires on the next loop iteration (call_soon);
+    any other deadline is a wheel entry, moved in place on every reschedule (O(1), no handle on the loop).
+    """
+
+    # asyncio's private attributes, which typeshed does not declare (annotations only: nothing changes)
+    _state: Any
+    _when: float | None
+    _timeout_handler: Any
+    _on_timeout: Callable[[], None]
+
+    def __init__(self, when: float | None, sched: AsyncScheduler) -> None:
+        super().__init__(when)
+        self._sched = sched
+
+    def reschedule(self, when: float | None) -> None:
+        """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout)."""
+        sched = self._sched
+        if self._state is not _ENTERED or sched._state != "running":
+            super().reschedule(when)  # asyncio's own errors; after close(), asyncio's own loop timer
+            return
+        handle = self._timeout_handler
+        if when is None:
+            self._when = None
+            if handle is not None:
+                handle.cancel()
+            self._timeout_handler = None
+            return
+        loop = sched._loop
+        if _get_running_loop() is not loop:
+            raise RuntimeError("a timeout of an AsyncScheduler must be rescheduled on its event loop")
+        if when <= loop.time():  # asyncio's rule: expire on the next iteration, not here and now
+            self._when = when
+            if handle is not None:
+                handle.cancel()
+            self._timeout_handler = loop.call_soon(self._on_timeout)
+            return
+        if type(handle) is _Timer and handle.id is not None:
+            try:
+                moved = handle.timers.reschedule_at(handle.id, when)
+            except (ValueError, OverflowError):  # NaN, or too far to represent: as a new deadline, below
+                moved = False
+            if moved:  # the keep-alive reset: the entry moves, nothing is allocated, the loop is not touched
+                self._when = handle.when = when
+                if when < sched._armed:
+                    sched._arm(when)
+                return
+        timer = sched._call_at(when, self._on_timeout)  # raises before any change for a NaN deadline
+        self._when = when
+        if handle is not None:
+            handle.cancel()
+        self._timeout_handler = timer
+
+
+def _set_result_unless_cancelled(future: asyncio.Future[Any], result: Any) -> None:
+    if not future.cancelled():
+        future.set_result(result)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """Whether fn is a coroutine function, or an object whose __call__ is one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    return inspect.iscoroutinefunction(type(fn).__call__)
+
+
+class AsyncScheduler:
+    """The Scheduler on an asyncio event loop, plus timeouts and sleeps kept in a timing wheel. No threads.
+
+    The clock is the loop's own (loop.time()), so its deadlines mix freely with asyncio's. The loop holds at
+    most one timer handle of ours, armed at the earliest due: no polling tick, no handle per timer. A
+    deadline moved later leaves that handle where it is (it fires, finds nothing due, and is armed at the
+    true next due); one moved earlier re-arms it.
+
+    Jobs: a plain callable runs on the loop, inline, when due; a coroutine function (or a callable that
+    returns an awaitable) runs as a task, and the run ends when the task does, which is what FIXED_DELAY and
+    SKIP_IF_RUNNING look at. With max_concurrency, at most that many coroutine jobs run at once; a due one
+    beyond it waits for a free slot, in due order (Backpressure.BLOCK), or is not run and is counted in
+    stats().dropped and reported with a JobEvent with dropped=True (Backpressure.DROP). A plain callable
+    that returns an awaitable is known to be one only after the call, so it is not held back by the bound.
+
+    Timeouts: timeout() and timeout_at() are asyncio.timeout() and asyncio.timeout_at() with the deadline in
+    the wheel: same class (a subclass of asyncio.Timeout), same methods, same behaviour, same repr, but an
+    O(1) reschedule() that allocates nothing. sleep() is asyncio.sleep() on the wheel.
+
+    Lifecycle: new -> running -> closed, never back; `async with AsyncScheduler() as sched:` starts and
+    closes it. close() drops the runs waiting for a slot (counted), cancels the coroutine jobs still running
+    and waits for them, and discards the pending tasks. Timeouts and sleeps still pending at close() are
+    handed to the loop's own timers: none is lost, and timeout() and sleep() keep working, on asyncio's
+    timers, after close().
+
+    Errors: a job's Exception is recorded in errors, passed to error_handler(task_id, exc), and logged on
+    the "timerwheel" logger (or `logger`); it never stops the scheduler. KeyboardInterrupt and SystemExit
+    from a plain job are recorded, then propagate, as asyncio does with its own callbacks.
+
+    Not thread-safe: call it from the loop's thread only (use loop.call_soon_threadsafe from others). A
+    call from another thread while the loop runs raises RuntimeError.
+
+    Args:
+        loop: the event loop; by default the running loop (at construction, or else at start()).
+        resolution: seconds per tick of the wheels.
+        slots: slots per level of the wheels.
+        levels: levels of the wheels.
+        max_concurrency: most coroutine jobs running at once; None for no bound.
+        backpressure: Backpressure.BLOCK or Backpressure.DROP, for a due coroutine job beyond the bound.
+        missed: the default missed-run policy of schedule() and schedule_at().
+        observer: called with a JobEvent for every run, drop and skip (on the loop, quickly).
+        error_handler: called with (task_id, exception) when a job raises.
+        logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
+    """
+
+    def __init__(
+        self,
+        *,
+        loop: asyncio.AbstractEventLoop | None = None,
+        resolution: float = 0.001,
+        slots: int = 64,
+        levels: int = 4,
+        max_concurrency: int | None = None,
+        backpressure: Backpressure = Backpressure.BLOCK,
+        missed: Missed = Missed.SKIP,
+        observer: Callable[[JobEvent], object] | None = None,
+        error_handler: Callable[[int, BaseException], object] | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
+            raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
+        if max_concurrency is not None:
+            if not isinstance(max_concurrency, int) or isinstance(max_concurrency, bool):
+                raise TypeError(
+                    f"max_concurrency must be an int or None, not {type(max_concurrency).__name__}"
+                )
+            if max_concurrency < 1:
+                raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if not isinstance(backpressure, Backpressure):
+            raise TypeError(f"backpressure must be a Backpressure, not {backpressure!r}")
+        if backpressure is Backpressure.RUN_INLINE:
+            raise ValueError(
+                "backpressure must be Backpressure.BLOCK or Backpressure.DROP: a coroutine job "
+                "cannot run inline"
+            )
+        if not isinstance(missed, Missed):
+            raise TypeError(f"missed must be a Missed, not {missed!r}")
+        if observer is not None and not callable(observer):
+            raise TypeError(f"observer must be callable or None, not {type(observer).__name__}")
+        if error_handler is not None and not callable(error_handler):
+            raise TypeError(f"error_handler must be callable or None, not {type(error_handler).__name__}")
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise TypeError(f"logger must be a logging.Logger or None, not {type(logger).__name__}")
+        TimerWheel(resolution, slots=slots, levels=levels)  # checks the geometry now, not at start()
+        self._geometry = (resolution, slots, levels)
+        self._limit = max_concurrency
+        self._backpressure = backpressure
+        self._missed = missed
+        self._observer = observer
+        self._error_handler = error_handler
+        self._logger = logger or logging.getLogger("timerwheel")
+        self._state = "new"
+        self._armed = math.inf  # the due our loop handle is armed at; inf: no handle
+        self._handle: asyncio.TimerHandle | None = None
+        self._dispatching = False  # in _on_wake: it arms the handle itself when done
+        self._active = 0  # coroutine jobs running
+        self._waiting: deque[Run] = deque()  # due coroutine jobs waiting for a slot (Backpressure.BLOCK)
+        self._jobs: dict[asyncio.Future[Any], tuple[Run, float]] = {}  # running job task -> (run, started)
+        self._loop: asyncio.AbstractEventLoop
+        self._sched: Scheduler
+        self._timers: TimerWheel
+        loop = loop or _get_running_loop()
+        if loop is not None:
+            self._bind(loop)
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        resolution, slots, levels = self._geometry
+        self._loop = loop
+        self._sched = Scheduler(
+            loop.time, resolution=resolution, slots=slots, levels=levels, observer=self._observer
+        )
+        self._sched._logger = self._logger
+        self._timers = TimerWheel(resolution, slots=slots, levels=levels, start=loop.time())
+
+    def __repr__(self) -> str:
+        pending = len(self._sched._store) if hasattr(self, "_sched") else 0
+        return f"<AsyncScheduler {self._state} pending={pending} timers={self._timers_pending()}>"
+
+    def _timers_pending(self) -> int:
+        return len(self._timers) if hasattr(self, "_timers") else 0
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start: from now on due jobs run and deadlines expire. Call it on the loop, or before it runs.
+
+        Raises:
+            AlreadyRunningError: it is running. ClosedError: it was closed.
+            RuntimeError: no loop was given and none is running.
+        """
+        if self._state == "running":
+            raise AlreadyRunningError("the scheduler is already running")
+        if self._state == "closed":
+            raise ClosedError("the scheduler is closed: a closed scheduler cannot be started again")
+        if not hasattr(self, "_loop"):
+            self._bind(asyncio.get_running_loop())  # RuntimeError("no running event loop") otherwise
+        self._check_thread()
+        self._state = "running"
+
+    async def close(self) -> None:
+        """Close: drop waiting runs, cancel running coroutine jobs and wait for them, discard pending tasks.
+
+        Timeouts and sleeps still pending move to the loop's own timers. Idempotent; closing a scheduler
+        that was never started just marks it closed.
+        """
+        if self._state != "running":
+            self._state = "closed"
+            return
+        self._check_thread()
+        self._state = "closed"
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._armed = math.inf
+        now = self._loop.time()
+        while self._waiting:
+            self._drop(self._waiting.popleft(), now)
+        self._hand_timers_to_loop()
+        me = asyncio.current_task()
+        jobs = [job for job in self._jobs if job is not me]
+        for job in jobs:
+            job.cancel()
+        if jobs:
+            await asyncio.gather(*jobs, return_exceptions=True)
+        self._sched._discard_pending()
+
+    aclose = close
+
+    async def __aenter__(self) -> AsyncScheduler:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _hand_timers_to_loop(self) -> None:
+        timers = self._timers
+        while (due := timers.next_due()) is not None:
+            for _, timer in timers.advance(max(due, timers.now)):
+                timer.id = None
+                timer.fallback = self._loop.call_at(timer.when, timer.callback)
+
+    def _check_thread(self) -> None:
+        loop = self._loop
+        if _get_running_loop() is not loop and loop.is_running():
+            raise RuntimeError(
+                "AsyncScheduler is not thread-safe: call it from its event loop's thread "
+                "(from another thread, use loop.call_soon_threadsafe)"
+            )
+
+    def _check_running(self) -> None:
+        if self._state != "running":
+            if self._state == "new":
+                raise NotStartedError("start() the scheduler before scheduling on it")
+            raise ClosedError("the scheduler is closed")
+        if _get_running_loop() is not self._loop:
+            self._check_thread()
+
+    # -- jobs -------------------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        delay: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed | None = None,
+    ) -> int:
+        """Run fn `delay` seconds from now (loop time), as Scheduler.schedule; return the task id. O(1).
+
+        fn may be a coroutine function: each run is then a task. missed defaults to the scheduler's policy.
+
+        Raises:
+            NotStartedError / ClosedError: before start() / after close().
+            RuntimeError: called from another thread while the loop runs.
+            ValueError, TypeError: as Scheduler.schedule.
+        """
+        self._check_running()
+        task_id = self._sched.schedule(
+            delay,
+            fn,
+            interval,
+            args=args,
+            kwargs=kwargs,
+            mode=mode,
+            missed=self._missed if missed is None else missed,
+        )
+        return self._added(task_id, fn)
+
+    def schedule_at(
+        self,
+        when: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed | None = None,
+    ) -> int:
+        """Run fn at the loop time `when`, as Scheduler.schedule_at; otherwise as schedule()."""
+        self._check_running()
+        task_id = self._sched.schedule_at(
+            when,
+            fn,
+            interval,
+            args=args,
+            kwargs=kwargs,
+            mode=mode,
+            missed=self._missed if missed is None else missed,
+        )
+        return self._added(task_id, fn)
+
+    def _added(self, task_id: int, fn: Callable[..., Any]) -> int:
+        task = self._sched._tasks[task_id]
+        if _is_async(fn):
+            task.extra = True
+        if task.due < self._armed:
+            self._arm(task.due)
+        return task_id
+
+    def cancel(self, task_id: int) -> bool:
+        """Cancel a task: it will not start again. As Scheduler.cancel. O(1), and the loop is not touched.
+
+        A coroutine job already running is not cancelled by this: cancel its task yourself if you must.
+        """
+        self._check_running()
+        return self._sched.cancel(task_id)
+
+    def reschedule(self, task_id: int, delay: float) -> bool:
+        """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
+        self._check_running()
+        moved = self._sched.reschedule(task_id, delay)
+        if moved:
+            due = self._sched._tasks[task_id].due
+            if due < self._armed:
+                self._arm(due)
+        return moved
+
+    def next_fire_time(self, task_id: int) -> float | None:
+        """The loop time of a task's next run, or None if it is not armed."""
+        return self._sched.next_fire_time(task_id) if hasattr(self, "_sched") else None
+
+    def pending(self) -> list[TimerInfo]:
+        """Every armed task, sorted by next fire time, then id."""
+        return self._sched.pending() if hasattr(self, "_sched") else []
+
+    def stats(self) -> Stats:
+        """A snapshot of the counters (see Stats); `running` counts coroutine jobs running or waiting."""
+        return self._sched.stats() if hasattr(self, "_sched") else Stats()
+
+    @property
+    def errors(self) -> list[str]:
+        """Messages "task <id>: <message>" of failed runs, oldest first (a copy; the most recent 1000)."""
+        return list(self._sched.errors) if hasattr(self, "_sched") else []
+
+    # -- timeouts and sleep -----------------------------------------------------------------------------
+
+    def timeout(self, delay: float | None) -> asyncio.Timeout:
+        """asyncio.timeout(delay) on the wheel: `async with sched.timeout(10): ...`.
+
+        The deadline is loop.time() + delay, read now; None disables it. At the deadline the enclosing task
+        is cancelled and the block raises TimeoutError on exit; when(), reschedule(when), expired() and the
+        repr are asyncio's.
+
+        Raises:
+            NotStartedError: before start(). RuntimeError: not called on the scheduler's loop.
+        """
+        loop = self._timeout_loop()
+        if _get_running_loop() is not loop:
+            raise RuntimeError("sched.timeout() must be called on the scheduler's running event loop")
+        return Timeout(loop.time() + delay if delay is not None else None, self)
+
+    def timeout_at(self, when: float | None) -> asyncio.Timeout:
+        """asyncio.timeout_at(when) on the wheel: the deadline is the loop time `when`; None disables it.
+
+        Raises:
+            NotStartedError: before start().
+        """
+        self._timeout_loop()
+        return Timeout(when, self)
+
+    async def sleep(self, delay: float, result: Any = None) -> Any:
+        """asyncio.sleep(delay, result) on the wheel: a delay <= 0 just yields to the loop once.
+
+        Raises:
+            ValueError: delay is NaN. NotStartedError: before start().
+        """
+        loop = self._timeout_loop()
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return result
+        if math.isnan(delay):
+            raise ValueError("delay must not be NaN")
+        future = loop.create_future()
+        timer = self._call_at(loop.time() + delay, partial(_set_result_unless_cancelled, future, result))
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    def _timeout_loop(self) -> asyncio.AbstractEventLoop:
+        if self._state == "new":
+            raise NotStartedError("start() the scheduler before using its timeouts")
+        return self._loop
+
+    def _call_at(self, when: float, callback: Callable[[], object]) -> _Timer:
+        """Call callback() at the loop time `when` (on the loop's own timers once we are closed)."""
+        timer = _Timer(self._timers, when, callback)
+        if self._state != "running":
+            timer.fallback = self._loop.call_at(when, callback)
+            return timer
+        if when == math.inf:
+            return timer  # never
+        try:
+            timer.id = self._timers.add_at(when, timer)
+        except OverflowError:
+            return timer  # beyond 2**62 ticks (146 million years at 1 ms): never, in practice
+        except ValueError:
+            raise ValueError(f"when must be a number or None, got {when!r}") from None
+        if when < self._armed:
+            self._arm(when)
+        return timer
+
+    # -- the driver -----------------------------------------------------------------------------------
+
+    def _arm(self, due: float) -> None:
+        """Arm our one loop handle at `due` (earlier than it is armed now)."""
+        if self._dispatching or self._state != "running":
+            return  # _on_wake arms it on its way out; a closed scheduler holds no handle
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._loop.call_at(due, self._on_wake)
+        self._armed = due
+
+    def _on_wake(self) -> None:
+        """Our loop handle fired: expire what is due, run the due jobs, arm the handle at the next due."""
+        self._handle = None
+        armed, self._armed = self._armed, math.inf
+        loop = self._loop
+        # asyncio runs a handle up to its clock resolution early (uvloop: up to a millisecond); what the
+        # loop ran is due, so time is at least the due it was armed at.
+        now = max(loop.time(), armed)
+        self._dispatching = True
+        try:
+            timers = self._timers
+            for _, timer in timers.advance(max(now, timers.now)):
+                timer.id = None
+                try:
+                    timer.callback()
+                except Exception as exc:  # not ours to raise: report it as asyncio reports a callback's
+                    loop.call_exception_handler(
+                        {"message": "timerwheel: a timer callback raised", "exception": exc}
+                    )
+            self._sched._run_due(now, self._execute)
+        finally:
+            self._dispatching = False
+            if self._state == "running":
+                due = self._sched._store.next_due()
+                deadline = self._timers.next_due()
+                if deadline is not None and (due is None or deadline < due):
+                    due = deadline
+                if due is not None:
+                    self._arm(due)
+
+    def _execute(self, run: Run) -> None:
+        if run.task.extra is None:
+            self._run_plain(run)
+        elif self._limit is not None and self._active >= self._limit:
+            if self._backpressure is Backpressure.DROP:
+                self._drop(run, self._loop.time())
+            else:
+                self._waiting.append(run)
+        else:
+            self._start(run)
+
+    def _run_plain(self, run: Run) -> None:
+        started = self._loop.time()
+        try:
+            result = run.call()
+        except (KeyboardInterrupt, SystemExit) as exc:
+            self._finished(run, started, exc)
+            raise
+        except BaseException as exc:
+            self._finished(run, started, exc)
+            return
+        if result is not None and inspect.isawaitable(result):
+            self._start_task(run, started, result)
+        else:
+            self._finished(run, started, None)
+
+    def _start(self, run: Run) -> None:
+        started = self._loop.time()
+        try:
+            coro = run.call()
+        except BaseException as exc:  # the coroutine function raised before making a coroutine
+            self._finished(run, started, exc)
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return
+        self._start_task(run, started, coro)
+
+    def _start_task(self, run: Run, started: float, awaitable: Any) -> None:
+        job = asyncio.ensure_future(awaitable, loop=self._loop)
+        self._active += 1
+        self._jobs[job] = (run, started)
+        job.add_done_callback(self._job_done)
+
+    def _job_done(self, job: asyncio.Future[Any]) -> None:
+        run, started = self._jobs.pop(job)
+        self._active -= 1
+        if job.cancelled():
+            # Cancelled by close(): not a failure. Cancelled by anyone else: the run failed with it.
+            error: BaseException | None = None if self._state == "closed" else asyncio.CancelledError()
+        else:
+            error = job.exception()
+        self._finished(run, started, error)
+        while self._waiting and self._active < (self._limit or 0) and self._state == "running":
+            waiting = self._waiting.popleft()
+            if self._sched._is_cancelled(waiting):
+                self._sched._forget(waiting)
+            else:
+                self._start(waiting)
+
+    def _finished(self, run: Run, started: float, error: BaseException | None) -> None:
+        finished = self._loop.time()
+        task = run.task
+        self._sched._finish(run, started, error, finished)
+        report_run(self._logger, self._error_handler, task.id, task.interval, error, finished - started)
+        if task.mode is RepeatMode.FIXED_DELAY and task.timer_id is not None and task.due < self._armed:
+            self._arm(task.due)  # re-armed when the run finished
+
+    def _drop(self, run: Run, now: float) -> None:
+        if self._sched._is_cancelled(run):
+            self._sched._forget(run)
+        else:
+            self._sched._drop(run, now)
+            task = run.task
+            if task.mode is RepeatMode.FIXED_DELAY and task.timer_id is not None and task.due < self._armed:
+                self._arm(task.due)

@@ -1,0 +1,614 @@
+"""AsyncScheduler: the driver on an asyncio loop. Time is virtual (VirtualTimeLoop): nothing here sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    AlreadyRunningError,
+    AsyncScheduler,
+    Backpressure,
+    ClosedError,
+    JobEvent,
+    Missed,
+    NotStartedError,
+    RepeatMode,
+)
+from timerwheel.testing import VirtualTimeLoop
+
+
+def run(main: Callable[[], Coroutine[Any, Any, Any]], loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    """Run main() on a fresh virtual-time loop (or the given one) and close it."""
+    loop = loop or VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def our_handles(loop: asyncio.AbstractEventLoop, sched: AsyncScheduler) -> int:
+    """Live timer handles of ours on the loop."""
+    return sum(
+        1
+        for handle in loop._scheduled  # type: ignore[attr-defined]
+        if not handle.cancelled() and handle._callback == sched._on_wake
+    )
+
+
+# -- construction and lifecycle ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"max_concurrency": 0}, ValueError, "max_concurrency"),
+        ({"max_concurrency": True}, TypeError, "max_concurrency"),
+        ({"max_concurrency": 2.0}, TypeError, "max_concurrency"),
+        ({"backpressure": Backpressure.RUN_INLINE}, ValueError, "backpressure"),
+        ({"backpressure": "drop"}, TypeError, "backpressure"),
+        ({"missed": "skip"}, TypeError, "missed"),
+        ({"observer": 3}, TypeError, "observer"),
+        ({"error_handler": 3}, TypeError, "error_handler"),
+        ({"logger": "x"}, TypeError, "logger"),
+        ({"loop": object()}, TypeError, "loop"),
+        ({"resolution": 0}, ValueError, "resolution"),
+        ({"slots": 3}, ValueError, "slots"),
+        ({"levels": 0}, ValueError, "levels"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs: dict[str, Any], error: type[Exception], name: str) -> None:
+    with pytest.raises(error, match=name):
+        AsyncScheduler(**kwargs)
+
+
+def test_lifecycle() -> None:
+    async def main() -> None:
+        sched = AsyncScheduler()
+        assert repr(sched).startswith("<AsyncScheduler new")
+        with pytest.raises(NotStartedError):
+            sched.schedule(1, print)
+        with pytest.raises(NotStartedError):
+            sched.timeout(1)
+        with pytest.raises(NotStartedError):
+            await sched.sleep(1)
+        sched.start()
+        with pytest.raises(AlreadyRunningError):
+            sched.start()
+        sched.schedule(1, print)
+        await sched.close()
+        await sched.close()  # idempotent
+        assert sched.stats().pending == 0 and sched.pending() == []
+        for call in (
+            lambda: sched.schedule(1, print),
+            lambda: sched.cancel(1),
+            lambda: sched.reschedule(1, 1),
+        ):
+            with pytest.raises(ClosedError):
+                call()
+        with pytest.raises(ClosedError):
+            sched.start()
+        never = AsyncScheduler()
+        await never.aclose()
+        with pytest.raises(ClosedError):
+            never.start()
+
+    run(main)
+
+
+def test_async_with_starts_and_closes() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            assert repr(sched).startswith("<AsyncScheduler running")
+        assert repr(sched).startswith("<AsyncScheduler closed")
+
+    run(main)
+
+
+def test_start_needs_a_loop() -> None:
+    sched = AsyncScheduler()  # no running loop here: bound at start()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        sched.start()
+    assert sched.stats().executed == 0 and sched.pending() == [] and sched.errors == []
+    assert sched.next_fire_time(1) is None
+
+
+def test_a_given_loop_can_be_scheduled_on_before_it_runs() -> None:
+    loop = VirtualTimeLoop()
+    sched = AsyncScheduler(loop=loop)
+    sched.start()
+    seen: list[float] = []
+    t0 = loop.time()
+    sched.schedule(5, lambda: seen.append(loop.time() - t0))
+    run(lambda: asyncio.sleep(10), loop)
+    assert seen == [5.0]
+
+
+def test_calls_from_another_thread_are_refused() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            errors: list[BaseException] = []
+
+            def elsewhere() -> None:
+                for call in (lambda: sched.schedule(1, print), lambda: sched.cancel(1)):
+                    try:
+                        call()
+                    except RuntimeError as exc:
+                        errors.append(exc)
+
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
+            assert len(errors) == 2
+            assert all("thread-safe" in str(exc) for exc in errors)
+            assert sched.stats().pending == 0
+
+    run(main)
+
+
+# -- jobs -------------------------------------------------------------------------------------------------
+
+
+def test_plain_jobs_run_at_their_exact_loop_time() -> None:
+    async def main() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        seen: list[tuple[str, float]] = []
+        async with AsyncScheduler() as sched:
+            sched.schedule(2.5, lambda: seen.append(("once", loop.time() - t0)))
+            sched.schedule_at(t0 + 1.25, lambda: seen.append(("at", loop.time() - t0)))
+            rate = sched.schedule(1, lambda: seen.append(("rate", loop.time() - t0)), 2.0)
+            await sched.sleep(6)
+            assert sched.cancel(rate)
+            await sched.sleep(10)
+        return seen
+
+    assert run(main) == [("rate", 1), ("at", 1.25), ("once", 2.5), ("rate", 3), ("rate", 5)]
+
+
+def test_a_job_scheduled_due_now_by_a_job_runs_in_the_same_pass() -> None:
+    async def main() -> list[str]:
+        seen: list[str] = []
+        async with AsyncScheduler() as sched:
+
+            def first() -> None:
+                seen.append("first")
+                sched.schedule(0, lambda: seen.append("spawned"))
+
+            sched.schedule(1, first)
+            sched.schedule(1, lambda: seen.append("second"))
+            await sched.sleep(1)  # on the same wheel and the same due: runs after both jobs
+            seen.append("sleeper woke")
+        return seen
+
+    assert run(main) == ["first", "second", "spawned", "sleeper woke"]
+
+
+def test_coroutine_jobs_run_as_tasks_and_fixed_delay_waits_for_them() -> None:
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        starts: list[float] = []
+
+        async def job() -> None:
+            starts.append(loop.time() - t0)
+            await asyncio.sleep(3)
+
+        async with AsyncScheduler() as sched:
+            sched.schedule(1, job, 10, mode=RepeatMode.FIXED_DELAY)
+            await sched.sleep(41)
+            assert sched.stats().executed == 3
+        return starts
+
+    assert run(main) == [1, 14, 27, 40]
+
+
+def test_skip_if_running_looks_at_the_task() -> None:
+    async def main() -> tuple[list[float], int]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        starts: list[float] = []
+
+        async def slow() -> None:
+            starts.append(loop.time() - t0)
+            await asyncio.sleep(25)
+
+        async with AsyncScheduler() as sched:
+            sched.schedule(10, slow, 10, mode=RepeatMode.SKIP_IF_RUNNING)
+            await sched.sleep(45)
+            skipped = sched.stats().skipped
+        return starts, skipped
+
+    assert run(main) == ([10, 40], 2)
+
+
+def test_fixed_rate_coroutine_runs_overlap() -> None:
+    async def main() -> int:
+        most = 0
+        async with AsyncScheduler() as sched:
+
+            async def slow() -> None:
+                nonlocal most
+                most = max(most, sched.stats().running)
+                await asyncio.sleep(25)
+
+            sched.schedule(10, slow, 10)
+            await sched.sleep(50)
+        return most
+
+    assert run(main) == 3
+
+
+def test_callable_objects_and_partials_of_coroutine_functions_are_coroutine_jobs() -> None:
+    import functools
+
+    class Job:
+        async def __call__(self, tag: str) -> None:
+            await asyncio.sleep(1)
+            seen.append(tag)
+
+    async def job(tag: str) -> None:
+        await asyncio.sleep(1)
+        seen.append(tag)
+
+    seen: list[str] = []
+
+    async def main() -> None:
+        async with AsyncScheduler(max_concurrency=1) as sched:
+            sched.schedule(1, Job(), args=("object",))
+            sched.schedule(1, functools.partial(job, "partial"))
+            sched.schedule(1, lambda: job("lambda"))  # an awaitable from a plain callable: run as a task
+            await sched.sleep(10)
+            assert sched.stats().executed == 3 and sched.errors == []
+
+    run(main)
+    assert sorted(seen) == ["lambda", "object", "partial"]
+
+
+def test_max_concurrency_block_waits_in_due_order() -> None:
+    async def main() -> list[tuple[int, float]]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        starts: list[tuple[int, float]] = []
+
+        async def job(i: int) -> None:
+            starts.append((i, loop.time() - t0))
+            await asyncio.sleep(10)
+
+        async with AsyncScheduler(max_concurrency=2) as sched:
+            for i in range(5):
+                sched.schedule(1 + i * 0.001, job, args=(i,))
+            await sched.sleep(5)
+            assert sched.stats().running == 5  # two run, three wait
+            await sched.sleep(40)
+            assert sched.stats().dropped == 0 and sched.stats().executed == 5
+        return starts
+
+    starts = run(main)
+    assert [i for i, _ in starts] == [0, 1, 2, 3, 4]  # in due order
+    assert [t for _, t in starts] == pytest.approx([1, 1.001, 11, 11.001, 21])
+
+
+def test_max_concurrency_drop_counts_and_reports() -> None:
+    events: list[JobEvent] = []
+
+    async def main() -> None:
+        async def job() -> None:
+            await asyncio.sleep(10)
+
+        async with AsyncScheduler(
+            max_concurrency=2, backpressure=Backpressure.DROP, observer=events.append
+        ) as s:
+            for _ in range(5):
+                s.schedule(1, job)
+            s.schedule(1, lambda: None)  # plain jobs are not bounded
+            await s.sleep(20)
+            stats = s.stats()
+            assert (stats.executed, stats.dropped, stats.running) == (3, 3, 0)
+
+    run(main)
+    dropped = [e for e in events if e.dropped]
+    assert len(dropped) == 3 and all(e.duration == 0 for e in dropped)
+
+
+def test_a_waiting_run_of_a_cancelled_recurring_task_never_starts() -> None:
+    async def main() -> None:
+        ran: list[int] = []
+
+        async def job(i: int) -> None:
+            ran.append(i)
+            await asyncio.sleep(10)
+
+        async with AsyncScheduler(max_concurrency=1) as sched:
+            sched.schedule(1, job, args=(1,))
+            waiting = sched.schedule(1, job, 100, args=(2,))
+            await sched.sleep(2)
+            assert sched.cancel(waiting)
+            await sched.sleep(20)
+            assert ran == [1]
+            assert sched.stats().running == 0
+
+    run(main)
+
+
+def test_errors_are_recorded_handled_logged_and_never_stop_it(caplog: pytest.LogCaptureFixture) -> None:
+    handled: list[tuple[int, str]] = []
+    logger = logging.getLogger("test.asyncio.errors")
+
+    async def main() -> None:
+        async def bad_coro() -> None:
+            await asyncio.sleep(1)
+            raise KeyError("coro")
+
+        def bad_observer(event: JobEvent) -> None:
+            raise RuntimeError("observer")
+
+        async with AsyncScheduler(
+            error_handler=lambda tid, exc: handled.append((tid, type(exc).__name__)),
+            logger=logger,
+            observer=bad_observer,
+        ) as sched:
+            a = sched.schedule(1, lambda: 1 / 0)
+            b = sched.schedule(1, bad_coro)
+            ok: list[int] = []
+            sched.schedule(2, ok.append, args=(1,))
+            await sched.sleep(5)
+            assert ok == [1]
+            assert sched.stats().failed == 2 and sched.stats().executed == 3
+            assert sched.errors == [f"task {a}: division by zero", f"task {b}: 'coro'"]
+
+    with caplog.at_level(logging.ERROR, logger="test.asyncio.errors"):
+        run(main)
+    assert handled == [(1, "ZeroDivisionError"), (2, "KeyError")]
+    assert sum("failed" in r.getMessage() for r in caplog.records if r.name == "test.asyncio.errors") == 2
+    assert any("observer raised" in r.getMessage() for r in caplog.records)
+
+
+def test_a_job_task_cancelled_by_someone_else_failed_with_cancelled_error() -> None:
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def job() -> None:
+            started.set()
+            await asyncio.sleep(100)
+
+        async with AsyncScheduler() as sched:
+            sched.schedule(1, job)
+            await started.wait()
+            (task,) = sched._jobs
+            task.cancel()
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert sched.stats().failed == 1 and sched.stats().running == 0
+
+    run(main)
+
+
+def test_keyboard_interrupt_from_a_plain_job_propagates_and_the_rest_still_run() -> None:
+    loop = VirtualTimeLoop()
+    seen: list[str] = []
+    sched = AsyncScheduler(loop=loop)
+    sched.start()
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    sched.schedule(1, interrupt)
+    sched.schedule(1, seen.append, args=("after",))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.sleep(5))
+        assert sched.stats().executed == 1 and seen == []
+        loop.run_until_complete(asyncio.sleep(5))
+        assert seen == ["after"]
+        assert sched.stats().executed == 2
+    finally:
+        loop.run_until_complete(sched.close())
+        loop.close()
+
+
+def test_an_early_handle_is_treated_as_due_and_never_spins() -> None:
+    """asyncio runs a timer up to its clock resolution early (uvloop: up to a millisecond)."""
+    loop = VirtualTimeLoop()
+    loop._clock_resolution = 0.5  # type: ignore[attr-defined]
+    events: list[JobEvent] = []
+
+    async def main() -> None:
+        async with AsyncScheduler(observer=events.append) as sched:
+            t0 = loop.time()
+            sched.schedule(2, lambda: None)
+            await asyncio.sleep(1.6)  # the loop runs handles due before 1.6 + 0.5: ours, at 2, too
+            assert sched.stats().executed == 1
+            assert sched._wakes == 1  # type: ignore[attr-defined]
+            assert events[0].scheduled_for == t0 + 2
+
+    wakes = 0
+    original = AsyncScheduler._on_wake
+
+    def counting(self: AsyncScheduler) -> None:
+        nonlocal wakes
+        wakes += 1
+        self._wakes = wakes  # type: ignore[attr-defined]
+        original(self)
+
+    AsyncScheduler._on_wake = counting  # type: ignore[method-assign]
+    try:
+        run(main, loop)
+    finally:
+        AsyncScheduler._on_wake = original  # type: ignore[method-assign]
+
+
+# -- one loop handle --------------------------------------------------------------------------------------
+
+
+def test_the_loop_holds_one_handle_of_ours_whatever_the_number_of_timers() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            assert our_handles(loop, sched) == 0  # idle: nothing armed
+            ids = [sched.schedule(10 + i * 0.01, lambda: None) for i in range(1000)]
+            stop = asyncio.Event()
+
+            async def holder(i: int) -> None:
+                async with sched.timeout(20 + i * 0.001):
+                    await stop.wait()
+
+            holders = [asyncio.ensure_future(holder(i)) for i in range(1000)]
+            await asyncio.sleep(0)
+            assert our_handles(loop, sched) == 1
+            assert sched._armed == loop.time() + 10
+
+            calls = 0
+            call_at = loop.call_at
+
+            def counting_call_at(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return call_at(*args, **kwargs)
+
+            loop.call_at = counting_call_at  # type: ignore[method-assign]
+            for task_id in ids:  # later: the handle stays where it is
+                sched.reschedule(task_id, 30)
+            assert calls == 0
+            sched.reschedule(ids[0], 1)  # earlier: re-armed, once
+            assert calls == 1 and our_handles(loop, sched) == 1
+            loop.call_at = call_at  # type: ignore[method-assign]
+
+            await sched.sleep(25)
+            assert our_handles(loop, sched) == 1
+            assert sched.stats().executed == 1 and len(sched._timers) == 0  # the timeouts expired
+            stop.set()
+            await asyncio.gather(*holders, return_exceptions=True)
+            await sched.sleep(10)
+            assert sched.stats().executed == 1000
+            assert our_handles(loop, sched) == 0 and sched._handle is None  # idle again: nothing armed
+
+    run(main)
+
+
+def test_the_timeout_reset_path_moves_its_entry_and_allocates_no_handle() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            async with sched.timeout(10) as cm:
+                handle = cm._timeout_handler
+                for i in range(100):
+                    cm.reschedule(loop.time() + 10 + i)
+                    assert cm._timeout_handler is handle
+                assert len(sched._timers) == 1 and cm.when() == loop.time() + 109
+            assert len(sched._timers) == 0
+
+    run(main)
+
+
+# -- sleep and close --------------------------------------------------------------------------------------
+
+
+def test_sleep() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            t0 = loop.time()
+            assert await sched.sleep(2.5, result="r") == "r"
+            assert loop.time() - t0 == 2.5
+            assert await sched.sleep(0, "zero") == "zero" and await sched.sleep(-1) is None
+            assert loop.time() - t0 == 2.5
+            with pytest.raises(ValueError, match="delay"):
+                await sched.sleep(float("nan"))
+            with pytest.raises(TypeError):
+                await sched.sleep("1")  # type: ignore[arg-type]
+            sleeper = asyncio.ensure_future(sched.sleep(100))
+            await asyncio.sleep(1)
+            assert len(sched._timers) == 1
+            sleeper.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sleeper
+            assert len(sched._timers) == 0
+
+    run(main)
+
+
+def test_close_cancels_running_jobs_drops_waiting_ones_and_keeps_deadlines() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        cancelled: list[int] = []
+
+        async def job(i: int) -> None:
+            try:
+                await asyncio.sleep(100)
+            except asyncio.CancelledError:
+                cancelled.append(i)
+                raise
+
+        async def guarded() -> str:
+            try:
+                async with sched.timeout(10):
+                    await asyncio.sleep(100)
+            except TimeoutError:
+                return f"timed out at +{loop.time() - t0}"
+            return "not timed out"
+
+        t0 = loop.time()
+        sched = AsyncScheduler(max_concurrency=2)
+        sched.start()
+        for i in range(3):
+            sched.schedule(1, job, args=(i,))
+        sched.schedule(50, print)
+        waiter = asyncio.ensure_future(guarded())
+        sleeper = asyncio.ensure_future(sched.sleep(20, "slept"))
+        await asyncio.sleep(2)
+        await sched.close()
+        assert sorted(cancelled) == [0, 1]
+        stats = sched.stats()
+        assert (stats.executed, stats.dropped, stats.failed, stats.running, stats.pending) == (2, 1, 0, 0, 0)
+        assert await waiter == "timed out at +10.0"  # handed to the loop's own timers at close
+        assert await sleeper == "slept"
+        assert sched.timeout(1).when() == loop.time() + 1  # still usable, on asyncio's timers
+        assert await sched.sleep(1, "after close") == "after close"
+
+    run(main)
+
+
+def test_close_from_inside_a_job_does_not_wait_for_itself() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            done = asyncio.Event()
+
+            async def closer() -> None:
+                await sched.close()
+                done.set()
+
+            sched.schedule(1, closer)
+            await done.wait()
+            assert repr(sched).startswith("<AsyncScheduler closed")
+
+    run(main)
+
+
+def test_missed_runs_after_a_stall_follow_the_policy() -> None:
+    """A plain job that blocks the loop for 35 s: the SKIP task keeps its grid, the DELAY task slides."""
+
+    async def main() -> tuple[list[float], list[float]]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        skip: list[float] = []
+        delay: list[float] = []
+        async with AsyncScheduler() as sched:
+            sched.schedule(10, lambda: skip.append(loop.time() - t0), 10)
+            sched.schedule(10, lambda: delay.append(loop.time() - t0), 10, missed=Missed.DELAY)
+
+            def stall() -> None:
+                loop._virtual.now += 35  # type: ignore[attr-defined]  # a blocking call, in virtual time
+
+            sched.schedule(11, stall)
+            await sched.sleep(70)
+        return skip, delay
+
+    skip, delay = run(main)
+    assert skip == [10, 46, 50, 60, 70]
+    assert delay == [10, 46, 56, 66]

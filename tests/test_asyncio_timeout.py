@@ -1,0 +1,605 @@
+"""sched.timeout() against asyncio.timeout(), case by case: every scenario runs twice on a fresh loop, once
+with asyncio's timeouts and once with an AsyncScheduler's, and the two transcripts must be equal.
+
+The transcripts record what a user can see: the exceptions that come out (with their cause and context
+chain), expired(), when(), the repr, and the task's cancel count (Task.cancelling()). On the virtual-time
+loop the runs are exact and instant, and times are compared too; on the real loops (the stdlib loop and
+uvloop) they are compared with times left out, and the deadlines in each scenario are far enough apart
+(10 ms against 1 s) that no scheduling delay on a loaded machine can reorder them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from timerwheel import AsyncScheduler
+from timerwheel.testing import VirtualTimeLoop
+
+try:
+    import uvloop
+except ImportError:  # not on Windows, nor without the test extra
+    uvloop = None
+
+SHORT = 0.01  # a deadline meant to pass
+LONG = 1.0  # a wait meant to be cut short (never waited for in full unless a test is failing)
+
+
+class Log:
+    """What a scenario saw. `api` is asyncio itself or an AsyncScheduler: both have timeout and timeout_at."""
+
+    def __init__(self, api: Any, loop: asyncio.AbstractEventLoop, exact: bool) -> None:
+        self.api = api
+        self.loop = loop
+        self.exact = exact
+        self.t0 = loop.time()
+        self.entries: list[Any] = []
+
+    def __call__(self, *entry: Any) -> None:
+        self.entries.append(entry)
+
+    def snap(self, label: str, cm: Any) -> None:
+        """The timeout's visible state: repr, expired(), when() (relative to the start; exact runs only)."""
+        when = cm.when()
+        text = repr(cm)
+        if not self.exact:
+            text = re.sub(r"when=[^>]+", "when=W", text)
+            when = None if when is None else "set"
+        elif when is not None and math.isfinite(when):
+            when = round(when - self.t0, 9)
+        self.entries.append((label, text, cm.expired(), when))
+
+    def cancelling(self, label: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.entries.append((label, "cancelling", task.cancelling()))
+
+    def error(self, label: str, exc: BaseException) -> None:
+        """An exception with its chain of causes and contexts, by type (and message where there is one)."""
+        chain = []
+        seen: BaseException | None = exc
+        while seen is not None and len(chain) < 6:
+            chain.append((type(seen).__name__, str(seen)))
+            seen = seen.__cause__ or seen.__context__
+        sub = [type(e).__name__ for e in exc.exceptions] if isinstance(exc, BaseExceptionGroup) else None
+        contexts = (
+            [type(e.__context__).__name__ for e in exc.exceptions]
+            if isinstance(exc, BaseExceptionGroup)
+            else None
+        )
+        self.entries.append((label, chain, sub, contexts))
+
+    def elapsed(self, label: str) -> None:
+        if self.exact:
+            self.entries.append((label, round(self.loop.time() - self.t0, 9)))
+
+
+Scenario = Callable[[Log], Awaitable[None]]
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(fn: Scenario) -> Scenario:
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+# -- the scenarios ------------------------------------------------------------------------------------
+
+
+@scenario
+async def expires(log: Log) -> None:
+    cm = log.api.timeout(SHORT)
+    log.snap("created", cm)
+    try:
+        async with cm as entered:
+            log("same object", entered is cm)
+            log.snap("inside", cm)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.cancelling("after")
+    log.elapsed("at")
+    await asyncio.sleep(0)  # no cancel request is left behind
+    log("still running")
+
+
+@scenario
+async def finishes_in_time(log: Log) -> None:
+    async with log.api.timeout(LONG) as cm:
+        await asyncio.sleep(SHORT)
+    log.snap("after", cm)
+    log.cancelling("after")
+
+
+@scenario
+async def none_disables_then_reschedule(log: Log) -> None:
+    try:
+        async with log.api.timeout(None) as cm:
+            log.snap("inside", cm)
+            await asyncio.sleep(SHORT)
+            cm.reschedule(log.loop.time() + SHORT)
+            log.snap("rescheduled", cm)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.elapsed("at")
+
+
+@scenario
+async def zero_delay_with_await(log: Log) -> None:
+    try:
+        async with log.api.timeout(0) as cm:
+            log.snap("inside", cm)
+            await asyncio.sleep(0)
+            log("not reached")
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.elapsed("at")
+
+
+@scenario
+async def zero_delay_without_await(log: Log) -> None:
+    async with log.api.timeout(0) as cm:
+        log("body ran")
+    log.snap("after", cm)
+    await asyncio.sleep(0)
+    log("no late cancel")
+
+
+@scenario
+async def past_deadline(log: Log) -> None:
+    for make in (lambda: log.api.timeout(-1), lambda: log.api.timeout_at(log.loop.time() - 5)):
+        try:
+            async with make() as cm:
+                await asyncio.sleep(LONG)
+        except TimeoutError as exc:
+            log.error("raised", exc)
+        log.snap("after", cm)
+    log.elapsed("at")
+
+
+@scenario
+async def timeout_at_absolute(log: Log) -> None:
+    when = log.loop.time() + SHORT
+    try:
+        async with log.api.timeout_at(when) as cm:
+            log("when is exact", cm.when() == when)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.elapsed("at")
+
+
+@scenario
+async def nested_inner_expires(log: Log) -> None:
+    async with log.api.timeout(LONG) as outer:
+        try:
+            async with log.api.timeout(SHORT) as inner:
+                await asyncio.sleep(LONG)
+        except TimeoutError as exc:
+            log.error("inner raised", exc)
+        log.snap("inner", inner)
+        log.snap("outer inside", outer)
+        log.cancelling("between")
+        await asyncio.sleep(SHORT)
+    log.snap("outer", outer)
+
+
+@scenario
+async def nested_outer_expires(log: Log) -> None:
+    try:
+        async with log.api.timeout(SHORT) as outer:
+            try:
+                async with log.api.timeout(LONG) as inner:
+                    await asyncio.sleep(LONG)
+            except BaseException as exc:
+                log.error("inner saw", exc)
+                log.snap("inner", inner)
+                log.cancelling("in outer")
+                raise
+    except TimeoutError as exc:
+        log.error("outer raised", exc)
+    log.snap("outer", outer)
+    log.cancelling("after")
+
+
+@scenario
+async def nested_same_deadline(log: Log) -> None:
+    when = log.loop.time() + SHORT
+    try:
+        async with log.api.timeout_at(when) as outer:
+            try:
+                async with log.api.timeout_at(when) as inner:
+                    await asyncio.sleep(LONG)
+            except BaseException as exc:
+                log.error("inner saw", exc)
+                log.cancelling("in outer")
+                raise
+    except TimeoutError as exc:
+        log.error("outer raised", exc)
+    log.snap("inner", inner)
+    log.snap("outer", outer)
+    log.cancelling("after")
+
+
+@scenario
+async def expires_while_already_cancelled(log: Log) -> None:
+    """The task is cancelled from outside, catches it, and the timeout expires during its cleanup."""
+    task = asyncio.current_task()
+    assert task is not None
+    log.loop.call_later(SHORT, task.cancel)
+    try:
+        async with log.api.timeout(2 * SHORT) as cm:
+            try:
+                await asyncio.sleep(LONG)
+            except asyncio.CancelledError:
+                log.cancelling("caught the outside cancel")
+                await asyncio.sleep(LONG)
+    except asyncio.CancelledError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.cancelling("after")
+    task.uncancel()
+
+
+@scenario
+async def cancelled_and_expired_together(log: Log) -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    try:
+        async with log.api.timeout(0) as cm:
+            task.cancel()
+            await asyncio.sleep(LONG)
+    except asyncio.CancelledError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.cancelling("after")
+    task.uncancel()
+
+
+@scenario
+async def foreign_cancel_inside(log: Log) -> None:
+    task = asyncio.current_task()
+    assert task is not None
+    log.loop.call_later(SHORT, task.cancel)
+    try:
+        async with log.api.timeout(LONG) as cm:
+            await asyncio.sleep(LONG)
+    except asyncio.CancelledError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.cancelling("after")
+    task.uncancel()
+
+
+@scenario
+async def foreign_exception_inside(log: Log) -> None:
+    try:
+        async with log.api.timeout(LONG) as cm:
+            raise ValueError("boom")
+    except ValueError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+
+
+@scenario
+async def foreign_exception_after_expiry(log: Log) -> None:
+    try:
+        async with log.api.timeout(SHORT) as cm:
+            try:
+                await asyncio.sleep(LONG)
+            except asyncio.CancelledError:
+                raise ValueError("during cleanup") from None
+    except ValueError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.cancelling("after")
+
+
+@scenario
+async def exception_group_after_expiry(log: Log) -> None:
+    try:
+        async with log.api.timeout(SHORT) as cm:
+            try:
+                await asyncio.sleep(LONG)
+            except asyncio.CancelledError:
+                raise ExceptionGroup("group", [ValueError("a"), KeyError("b")])  # noqa: B904
+    except ExceptionGroup as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+
+
+@scenario
+async def swallowed_cancel(log: Log) -> None:
+    """The block swallows the CancelledError of its own timeout and exits normally."""
+    async with log.api.timeout(SHORT) as cm:
+        try:
+            await asyncio.sleep(LONG)
+        except asyncio.CancelledError:
+            log("swallowed")
+    log.snap("after", cm)
+    log.cancelling("after")
+
+
+@scenario
+async def reschedule_later(log: Log) -> None:
+    async with log.api.timeout(SHORT) as cm:
+        cm.reschedule(log.loop.time() + LONG)
+        await asyncio.sleep(2 * SHORT)
+    log.snap("after", cm)
+
+
+@scenario
+async def reschedule_earlier(log: Log) -> None:
+    try:
+        async with log.api.timeout(LONG) as cm:
+            cm.reschedule(log.loop.time() + SHORT)
+            log.snap("moved", cm)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.elapsed("at")
+
+
+@scenario
+async def reschedule_to_none(log: Log) -> None:
+    async with log.api.timeout(SHORT) as cm:
+        cm.reschedule(None)
+        log.snap("disabled", cm)
+        await asyncio.sleep(2 * SHORT)
+    log.snap("after", cm)
+
+
+@scenario
+async def reschedule_to_past(log: Log) -> None:
+    try:
+        async with log.api.timeout(LONG) as cm:
+            cm.reschedule(log.loop.time() - 1)
+            log("no synchronous expiry", cm.expired())
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+
+
+@scenario
+async def keep_alive_resets(log: Log) -> None:
+    try:
+        async with log.api.timeout(2 * SHORT) as cm:
+            for _ in range(5):
+                await asyncio.sleep(SHORT)
+                cm.reschedule(log.loop.time() + 2 * SHORT)
+            log.snap("alive", cm)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.elapsed("at")
+
+
+@scenario
+async def expiry_tied_with_the_awaited_sleep(log: Log) -> None:
+    try:
+        async with log.api.timeout(SHORT) as cm:
+            await asyncio.sleep(SHORT)
+        log("sleep won")
+    except TimeoutError as exc:
+        log.error("timeout won", exc)
+    log.snap("after", cm)
+
+
+@scenario
+async def reschedule_before_enter_and_after_exit(log: Log) -> None:
+    cm = log.api.timeout(LONG)
+    try:
+        cm.reschedule(log.loop.time() + 1)
+    except BaseException as exc:
+        log.error("before enter", exc)
+    async with cm:
+        pass
+    for when in (None, log.loop.time() + 1):
+        try:
+            cm.reschedule(when)
+        except BaseException as exc:
+            log.error("after exit", exc)
+    cm2 = log.api.timeout(SHORT)
+    try:
+        async with cm2:
+            await asyncio.sleep(LONG)
+    except TimeoutError:
+        pass
+    try:
+        cm2.reschedule(None)
+    except BaseException as exc:
+        log.error("after expiry", exc)
+
+
+@scenario
+async def enter_twice(log: Log) -> None:
+    cm = log.api.timeout(LONG)
+    async with cm:
+        pass
+    try:
+        async with cm:
+            log("entered again")
+    except BaseException as exc:
+        log.error("second enter", exc)
+    log.snap("after", cm)
+
+
+@scenario
+async def outside_a_task(log: Log) -> None:
+    cm = log.api.timeout(LONG)
+    done = log.loop.create_future()
+
+    def enter_from_a_callback() -> None:
+        coro = cm.__aenter__()
+        try:
+            coro.send(None)
+        except BaseException as exc:
+            done.set_result(exc)
+        else:
+            done.set_result(None)
+
+    log.loop.call_soon(enter_from_a_callback)
+    exc = await done
+    log.error("raised", exc)
+
+
+@scenario
+async def bad_arguments(log: Log) -> None:
+    for label, make in (
+        ("delay str", lambda: log.api.timeout("1")),
+        ("when str", lambda: log.api.timeout_at("1")),
+    ):
+        try:
+            async with make():
+                pass
+        except BaseException as exc:
+            log(label, type(exc).__name__)
+
+
+@scenario
+async def infinite_and_huge(log: Log) -> None:
+    for make in (lambda: log.api.timeout_at(math.inf), lambda: log.api.timeout(1e300)):
+        async with make() as cm:
+            await asyncio.sleep(SHORT)
+        log.snap("after", cm)
+
+
+@scenario
+async def many_tasks(log: Log) -> None:
+    """Twenty tasks with staggered deadlines and work: which ones time out."""
+
+    async def worker(i: int) -> str:
+        try:
+            async with log.api.timeout(SHORT * (i + 1)):
+                await asyncio.sleep(SHORT * (20 - i) + SHORT / 2)
+            return "done"
+        except TimeoutError:
+            return "timed out"
+
+    log("results", await asyncio.gather(*(worker(i) for i in range(20))))
+    log.elapsed("at")
+
+
+@scenario
+async def wait_for_on_top(log: Log) -> None:
+    """A timeout around asyncio.wait_for (which has its own timeout): the inner one wins, then the outer."""
+    try:
+        async with log.api.timeout(LONG) as cm:
+            try:
+                await asyncio.wait_for(asyncio.sleep(LONG), SHORT)
+            except TimeoutError as exc:
+                log.error("wait_for", exc)
+            await asyncio.sleep(LONG)
+    except TimeoutError as exc:
+        log.error("raised", exc)
+    log.snap("after", cm)
+    log.elapsed("at")
+
+
+# -- the runner ---------------------------------------------------------------------------------------
+
+
+def _transcript(
+    make_loop: Callable[[], asyncio.AbstractEventLoop], fn: Scenario, ours: bool, exact: bool
+) -> Any:
+    loop = make_loop()
+
+    async def main() -> list[Any]:
+        sched = AsyncScheduler() if ours else None
+        api: Any = asyncio
+        if sched is not None:
+            sched.start()
+            api = sched
+        log = Log(api, loop, exact)
+        try:
+            await fn(log)
+        except BaseException as exc:  # a scenario that lets something out: that is part of the transcript
+            log.error("escaped", exc)
+        if sched is not None:
+            log("our timers left", len(sched._timers))
+            await sched.close()
+        return log.entries
+
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_as_asyncio_on_virtual_time(name: str) -> None:
+    theirs = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=False, exact=True)
+    ours = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=True, exact=True)
+    assert ours[-1] == ("our timers left", 0)
+    assert ours[:-1] == theirs
+
+
+REAL_LOOPS = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop if uvloop is not None else None,
+}
+
+
+# Real time: each scenario's deadlines are 10 ms against 1 s, a margin of 99x, and only the order of events
+# is compared, never a time: a loaded machine slows the run down but cannot change the transcript.
+@pytest.mark.realtime
+@pytest.mark.parametrize("loop_name", sorted(REAL_LOOPS))
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_as_asyncio_on_a_real_loop(name: str, loop_name: str) -> None:
+    make_loop = REAL_LOOPS[loop_name]
+    if make_loop is None:
+        pytest.skip("uvloop is not installed (it is in the test extra, except on Windows)")
+    theirs = _transcript(make_loop, SCENARIOS[name], ours=False, exact=False)
+    ours = _transcript(make_loop, SCENARIOS[name], ours=True, exact=False)
+    assert ours[-1] == ("our timers left", 0)
+    assert ours[:-1] == theirs
+
+
+def test_the_timeout_is_an_asyncio_timeout() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            cm = sched.timeout(1)
+            assert isinstance(cm, asyncio.Timeout)
+            assert type(cm).__name__ == "Timeout"
+            assert repr(cm) == "<Timeout [created]>"
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_nan_deadline_is_refused_and_changes_nothing() -> None:
+    """asyncio accepts a NaN deadline and corrupts its heap with it; we refuse it, naming the argument."""
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            async with sched.timeout(LONG) as cm:
+                handle = cm._timeout_handler
+                when = cm.when()
+                with pytest.raises(ValueError, match="when"):
+                    cm.reschedule(math.nan)
+                assert cm.when() == when
+                assert cm._timeout_handler is handle
+                assert handle.id is not None
+            with pytest.raises(ValueError, match="when"):
+                async with sched.timeout_at(math.nan):
+                    pass
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
