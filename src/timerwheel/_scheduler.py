@@ -330,10 +330,12 @@ class Scheduler:
         Raises:
             ValueError: delay < 0 or not finite.
         """
-        self._check_id(task_id)
-        delay = _seconds(delay, "delay")
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        if type(task_id) is not int:
+            self._check_id(task_id)
+        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+            delay = _seconds(delay, "delay")
+            if delay < 0:
+                raise ValueError(f"delay must be >= 0, got {delay!r}")
         task = self._tasks.get(task_id)
         if task is None:
             return False
