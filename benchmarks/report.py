@@ -40,6 +40,20 @@ RATIOS = [
         )
         for size in ("1e3", "1e4", "1e5", "1e6")
     ],
+    *[
+        (
+            f"asyncio / wheel {b}, reset @{size}",
+            f"reset[asyncio_{a}-{size}]",
+            f"reset[wheel_{b}-{size}]",
+            goal,
+        )
+        for a, b, goal in (
+            ("handle", "handle", (">=", 10)),
+            ("timeout", "timeout", None),
+            ("handle", "task", None),
+        )
+        for size in ("1e4", "1e5")
+    ],
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Coroutine
@@ -19,6 +20,7 @@ from timerwheel import (
     Missed,
     NotStartedError,
     RepeatMode,
+    TimerHandle,
 )
 from timerwheel.testing import VirtualTimeLoop
 
@@ -612,3 +614,188 @@ def test_missed_runs_after_a_stall_follow_the_policy() -> None:
     skip, delay = run(main)
     assert skip == [10, 46, 50, 60, 70]
     assert delay == [10, 46, 56, 66]
+
+
+# -- call_later, call_at and their handles ----------------------------------------------------------------
+
+
+def test_call_later_and_call_at_run_callbacks_like_asyncio() -> None:
+    """The same callbacks on the loop's timers and on ours, on a virtual loop: the same order and times."""
+
+    async def main(use_wheel: bool) -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        seen: list[tuple[str, float]] = []
+        var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+        def note(tag: str) -> None:
+            seen.append((f"{tag}:{var.get()}", loop.time() - t0))
+
+        async with AsyncScheduler() as sched:
+            call_later = sched.call_later if use_wheel else loop.call_later
+            call_at = sched.call_at if use_wheel else loop.call_at
+            var.set("captured")
+            call_later(3, note, "later")
+            call_at(t0 + 1.5, note, "at")
+            call_later(0, note, "now")
+            call_later(-5, note, "past")
+            var.set("other")
+            ctx = contextvars.copy_context()
+            ctx.run(var.set, "explicit")
+            call_later(2, note, "ctx", context=ctx)
+            cancelled = call_later(2.5, note, "cancelled")
+            cancelled.cancel()
+            assert cancelled.cancelled()
+            seen.append(("sync", loop.time() - t0))
+            await asyncio.sleep(4)
+        return seen
+
+    theirs = run(lambda: main(False))
+    ours = run(lambda: main(True))
+    assert ours == theirs
+    assert [tag for tag, _ in ours] == [
+        "sync",
+        "past:captured",
+        "now:captured",
+        "at:captured",
+        "ctx:explicit",
+        "later:captured",
+    ]
+
+
+def test_a_handle_has_asyncio_s_interface_and_moves_in_place() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        seen: list[float] = []
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(10, lambda: seen.append(loop.time() - t0))
+            assert isinstance(handle, TimerHandle) and not handle.cancelled()
+            assert handle.when() == t0 + 10 and "pending" in repr(handle)
+            calls = 0
+            call_at = loop.call_at
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                nonlocal calls
+                calls += 1
+                return call_at(*args, **kwargs)
+
+            loop.call_at = counting  # type: ignore[method-assign]
+            for delay in (20, 30, 40.5):  # later: the loop is not touched
+                assert handle.reset(delay) is True
+            assert handle.reschedule(t0 + 50) is True
+            assert calls == 0 and handle.when() == t0 + 50
+            assert handle.reschedule(t0 + 5) is True  # earlier than our loop handle: armed again, once
+            assert calls == 1
+            loop.call_at = call_at  # type: ignore[method-assign]
+            await sched.sleep(6)
+            assert seen == [5.0] and "done" in repr(handle)
+            assert handle.reset(1) is False and handle.reschedule(t0) is False  # it ran: nothing moves
+            handle.cancel()
+            assert not handle.cancelled()  # as asyncio: cancel() after the run changes nothing
+            other = sched.call_later(1, seen.append, -1.0)
+            other.cancel()
+            assert other.cancelled() and other.reset(1) is False
+            await sched.sleep(2)
+            assert seen == [5.0]
+
+    run(main)
+
+
+def test_bad_delays_name_the_argument_and_change_nothing() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(10, print)
+            when = handle.when()
+            for bad, error, name in (
+                (float("nan"), ValueError, "delay"),
+                ("1", TypeError, "delay"),
+                (None, TypeError, "delay"),
+            ):
+                with pytest.raises(error, match=name):
+                    handle.reset(bad)  # type: ignore[arg-type]
+                with pytest.raises(error, match=name):
+                    sched.call_later(bad, print)  # type: ignore[arg-type]
+                assert handle.when() == when and len(sched._timers) == 1
+            with pytest.raises(ValueError, match="when"):
+                handle.reschedule(float("nan"))
+            with pytest.raises(TypeError, match="when"):
+                sched.call_at("1", print)  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="callback"):
+                sched.call_later(1, "print")  # type: ignore[arg-type]
+            assert handle.when() == when and len(sched._timers) == 1
+            assert handle.reset(3) is True and handle.when() == asyncio.get_running_loop().time() + 3
+
+    run(main)
+
+
+def test_an_infinite_due_never_fires_until_moved() -> None:
+    async def main() -> None:
+        seen: list[str] = []
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(float("inf"), seen.append, "x")
+            assert len(sched._timers) == 0 and handle.when() == float("inf")
+            await sched.sleep(1e6)
+            assert seen == [] and not handle.cancelled()
+            assert handle.reset(1) is True
+            await sched.sleep(2)
+            assert seen == ["x"]
+
+    run(main)
+
+
+def test_a_callback_error_goes_to_the_loop_s_exception_handler_and_the_rest_run() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        reports: list[dict[str, Any]] = []
+        loop.set_exception_handler(lambda _, context: reports.append(context))
+        seen: list[int] = []
+        async with AsyncScheduler() as sched:
+            bad = sched.call_later(1, lambda: 1 / 0)
+            sched.call_later(1, seen.append, 1)
+            await sched.sleep(2)
+        assert seen == [1]
+        (report,) = reports
+        assert isinstance(report["exception"], ZeroDivisionError) and report["handle"] is bad
+        assert report["message"].startswith("Exception in callback")
+
+    run(main)
+
+
+def test_handles_outlive_close_on_the_loop_s_own_timers() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        seen: list[tuple[str, float]] = []
+        sched = AsyncScheduler()
+        sched.start()
+        first = sched.call_later(5, lambda: seen.append(("first", loop.time() - t0)))
+        second = sched.call_later(6, lambda: seen.append(("second", loop.time() - t0)))
+        await sched.close()
+        assert second.reset(8) is True  # moved on the loop's timers now
+        assert not first.cancelled()
+        with pytest.raises(ClosedError):
+            sched.call_later(1, print)
+        await asyncio.sleep(10)
+        assert seen == [("first", 5.0), ("second", 8.0)]
+
+    run(main)
+
+
+def test_reset_from_another_thread_is_refused() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(10, print)
+            when = handle.when()
+            errors: list[BaseException] = []
+
+            def elsewhere() -> None:
+                try:
+                    handle.reset(20.0)
+                except RuntimeError as exc:
+                    errors.append(exc)
+
+            await asyncio.get_running_loop().run_in_executor(None, elsewhere)
+            assert len(errors) == 1 and handle.when() == when
+
+    run(main)

@@ -593,7 +593,7 @@ def test_nan_deadline_is_refused_and_changes_nothing() -> None:
                     cm.reschedule(math.nan)
                 assert cm.when() == when
                 assert cm._timeout_handler is handle
-                assert handle.id is not None
+                assert handle._id is not None
             with pytest.raises(ValueError, match="when"):
                 async with sched.timeout_at(math.nan):
                     pass

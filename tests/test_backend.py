@@ -57,6 +57,7 @@ PUBLIC = [
     "Scheduler",
     "Stats",
     "ThreadedScheduler",
+    "TimerHandle",
     "TimerInfo",
     "TimerWheel",
     "TimerWheelError",

@@ -6,7 +6,7 @@ wheel-backed timeouts; HeapScheduler is the same engine on a binary heap, for
 comparisons. timerwheel.testing has ManualClock for tests.
 """
 
-from ._asyncio import AsyncScheduler
+from ._asyncio import AsyncScheduler, TimerHandle
 from ._core import BACKEND, TimerWheel
 from ._heap import HeapScheduler
 from ._scheduler import Scheduler
@@ -40,6 +40,7 @@ __all__ = [
     "Scheduler",
     "Stats",
     "ThreadedScheduler",
+    "TimerHandle",
     "TimerInfo",
     "TimerWheel",
     "TimerWheelError",

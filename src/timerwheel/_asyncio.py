@@ -16,6 +16,7 @@ import time
 from asyncio import events
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import Context, copy_context
 from functools import partial
 from threading import get_ident
 from typing import Any
@@ -34,38 +35,147 @@ from ._types import (
     TimerInfo,
 )
 
-__all__ = ["AsyncScheduler"]
+__all__ = ["AsyncScheduler", "TimerHandle"]
 
 _get_running_loop = events._get_running_loop  # C: the running loop of this thread, or None; no exception
 _ENTERED = asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]  # where asyncio lets it move
 
 
-class _Timer:
-    """One deadline in AsyncScheduler._timers: what Timeout keeps as its `_timeout_handler`.
+class TimerHandle:
+    """A callback on an AsyncScheduler's wheel: what call_later() and call_at() return.
 
-    `id` is its entry in the wheel, None once it fired or was cancelled (or when it never fires: a due too
-    far to represent). After the scheduler closed, a timer still pending lives on as a loop handle
-    (`fallback`), so no deadline is lost at shutdown.
+    It has the interface of asyncio.TimerHandle (cancel(), cancelled(), when()) and two more methods that
+    move it in O(1), allocating nothing and leaving the loop alone unless it moves earlier than the
+    scheduler's one loop handle: reset(delay), the keep-alive reset, and reschedule(when). A timer with an
+    infinite due is pending but never fires (until it is moved). After the scheduler closes, a pending
+    timer lives on as a handle on the loop's own timers: none is lost.
     """
 
-    __slots__ = ("callback", "fallback", "id", "sched", "timers", "when")
+    __slots__ = ("_args", "_callback", "_context", "_fallback", "_id", "_sched", "_state", "_timers", "_when")
 
-    def __init__(self, sched: AsyncScheduler, when: float, callback: Callable[[], object]) -> None:
-        self.sched = sched
-        self.timers = sched._timers
-        self.when = when
-        self.callback = callback
-        self.id: int | None = None
-        self.fallback: asyncio.TimerHandle | None = None
+    def __init__(
+        self,
+        sched: AsyncScheduler,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...] = (),
+        context: Context | None = None,
+    ) -> None:
+        self._sched = sched
+        self._timers = sched._timers
+        self._when = when
+        self._callback = callback
+        self._args = args
+        self._context = context
+        self._state = _PENDING
+        self._id: int | None = None  # its wheel entry; None once it ran or was cancelled, or while `never`
+        self._fallback: asyncio.TimerHandle | None = None  # its loop handle, once the scheduler is closed
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "cancelled")[self._state]
+        return f"<TimerHandle {state} when={self._when!r} callback={self._callback!r}>"
+
+    def when(self) -> float:
+        """The loop time it is due at."""
+        return self._when
 
     def cancel(self) -> None:
-        """Cancel the deadline (the interface asyncio.Timeout expects of its handle)."""
-        if self.id is not None:
-            self.timers.cancel(self.id)
-            self.id = None
-        elif self.fallback is not None:
-            self.fallback.cancel()
-            self.fallback = None
+        """Cancel it: the callback will not run. Does nothing once it ran."""
+        if self._state == _PENDING:
+            self._state = _CANCELLED
+            self._discard()
+
+    def cancelled(self) -> bool:
+        """Whether cancel() was called before it ran."""
+        return self._state == _CANCELLED
+
+    def reset(self, delay: float) -> bool:
+        """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+
+        Returns:
+            True if it was pending and moved; False (and nothing changes) if it already ran or was cancelled.
+
+        Raises:
+            TypeError: delay is not a number. ValueError: delay is NaN.
+            RuntimeError: called from another thread while the loop runs.
+        """
+        sched = self._sched
+        timer_id = self._id
+        if timer_id is not None and type(delay) is float and get_ident() == sched._thread:
+            due = sched._time() + delay
+            try:
+                moved = self._timers.reschedule_at(timer_id, due)
+            except (ValueError, OverflowError):  # NaN, infinite or too far: the general path below
+                moved = False
+            if moved:
+                self._when = due
+                if due < sched._armed:
+                    sched._arm(due)
+                return True
+        if self._state != _PENDING:
+            return False
+        sched._check_thread()
+        return self._move(sched._time() + _number(delay, "delay"), "delay")
+
+    def reschedule(self, when: float) -> bool:
+        """Move it to the loop time `when`, O(1). Returns and raises as reset()."""
+        if self._state != _PENDING:
+            return False
+        self._sched._check_thread()
+        return self._move(_number(when, "when"), "when")
+
+    def _move(self, when: float, name: str) -> bool:
+        if math.isnan(when):
+            raise ValueError(f"{name} must not be NaN")
+        self._discard()
+        self._when = when
+        self._sched._arm_timer(self)
+        return True
+
+    def _discard(self) -> None:
+        if self._id is not None:
+            self._timers.cancel(self._id)
+            self._id = None
+        elif self._fallback is not None:
+            self._fallback.cancel()
+            self._fallback = None
+
+    def _run(self) -> None:
+        """Its due came (called by the scheduler with the entry already taken out of the wheel)."""
+        self._id = None
+        self._state = _DONE
+        try:
+            if self._context is None:
+                self._callback(*self._args)
+            else:
+                self._context.run(self._callback, *self._args)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # as asyncio reports an exception in a callback
+            self._sched._loop.call_exception_handler(
+                {"message": f"Exception in callback {self._callback!r}", "exception": exc, "handle": self}
+            )
+
+    def _on_loop(self) -> None:
+        """Its due came on the loop's own timers (the scheduler was closed meanwhile)."""
+        self._fallback = None
+        self._state = _DONE
+        if self._context is None:
+            self._callback(*self._args)
+        else:
+            self._context.run(self._callback, *self._args)
+
+
+_PENDING, _DONE, _CANCELLED = 0, 1, 2
+
+
+def _number(value: Any, name: str) -> float:
+    """`value` as a float (infinities and NaN included), or a TypeError that names `name`."""
+    if type(value) is float:
+        return value
+    if isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__float__"):
+        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
+    return float(value)
 
 
 class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final; we only replace the handle
@@ -90,18 +200,23 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
     def reschedule(self, when: float | None) -> None:
         """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout)."""
         handle = self._timeout_handler
-        if type(handle) is _Timer and handle.id is not None and when is not None and self._state is _ENTERED:
+        if (
+            type(handle) is TimerHandle
+            and handle._id is not None
+            and when is not None
+            and self._state is _ENTERED
+        ):
             # The keep-alive reset, first and lean: a live wheel entry (so the scheduler is running) moves
             # in place; nothing is allocated and the loop is not touched unless the deadline moves earlier
             # than our loop handle.
-            sched = handle.sched
+            sched = handle._sched
             if get_ident() == sched._thread and when > sched._time():
                 try:
-                    moved = handle.timers.reschedule_at(handle.id, when)
+                    moved = handle._timers.reschedule_at(handle._id, when)
                 except (ValueError, OverflowError):  # NaN, or too far to represent: the general path says
                     moved = False
                 if moved:
-                    self._when = handle.when = when
+                    self._when = handle._when = when
                     if when < sched._armed:
                         sched._arm(when)
                     return
@@ -129,7 +244,9 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                 handle.cancel()
             self._timeout_handler = loop.call_soon(self._on_timeout)
             return
-        timer = sched._call_at(when, self._on_timeout)  # raises before any change for a NaN deadline
+        if math.isnan(when):
+            raise ValueError(f"when must be a number or None, got {when!r}")
+        timer = sched._call_at(when, self._on_timeout)
         self._when = when
         if handle is not None:
             handle.cancel()
@@ -332,8 +449,8 @@ class AsyncScheduler:
         timers = self._timers
         while (due := timers.next_due()) is not None:
             for _, timer in timers.advance(max(due, timers.now)):
-                timer.id = None
-                timer.fallback = self._loop.call_at(timer.when, timer.callback)
+                timer._id = None
+                timer._fallback = self._loop.call_at(timer._when, timer._on_loop)
 
     def _check_thread(self) -> None:
         """Raise if the loop runs in another thread; remember this thread if the loop runs in it."""
@@ -506,23 +623,75 @@ class AsyncScheduler:
             raise NotStartedError("start() the scheduler before using its timeouts")
         return self._loop
 
-    def _call_at(self, when: float, callback: Callable[[], object]) -> _Timer:
-        """Call callback() at the loop time `when` (on the loop's own timers once we are closed)."""
-        timer = _Timer(self, when, callback)
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: Context | None = None,
+    ) -> TimerHandle:
+        """loop.call_later on the wheel: call callback(*args) `delay` seconds from now; return its handle.
+
+        As asyncio: a delay <= 0 runs it at the next loop iteration; it runs in `context` (by default a copy
+        of the current one); an exception it raises goes to the loop's exception handler. Unlike asyncio's,
+        the handle moves in O(1): handle.reset(delay), handle.reschedule(when). An infinite delay never
+        fires (until the handle is moved).
+
+        Raises:
+            TypeError: delay is not a number. ValueError: delay is NaN.
+            NotStartedError / ClosedError: before start() / after close().
+        """
+        self._check_running()
+        return self._new_timer(self._time() + _number(delay, "delay"), "delay", callback, args, context)
+
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        *args: Any,
+        context: Context | None = None,
+    ) -> TimerHandle:
+        """loop.call_at on the wheel: call callback(*args) at the loop time `when`; as call_later()."""
+        self._check_running()
+        return self._new_timer(_number(when, "when"), "when", callback, args, context)
+
+    def _new_timer(
+        self,
+        when: float,
+        name: str,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: Context | None,
+    ) -> TimerHandle:
+        if not callable(callback):
+            raise TypeError(f"callback must be callable, not {type(callback).__name__}")
+        if math.isnan(when):
+            raise ValueError(f"{name} must not be NaN")
+        timer = TimerHandle(self, when, callback, args, copy_context() if context is None else context)
+        self._arm_timer(timer)
+        return timer
+
+    def _call_at(self, when: float, callback: Callable[[], object]) -> TimerHandle:
+        """Call callback() at the loop time `when`, with no context: the timeouts' and sleeps' timers."""
+        timer = TimerHandle(self, when, callback)
+        self._arm_timer(timer)
+        return timer
+
+    def _arm_timer(self, timer: TimerHandle) -> None:
+        """Put a timer that has no entry at its due: in the wheel, or on the loop's timers once closed."""
+        when = timer._when
         if self._state != "running":
-            timer.fallback = self._loop.call_at(when, callback)
-            return timer
+            if when != math.inf:
+                timer._fallback = self._loop.call_at(when, timer._on_loop)
+            return
         if when == math.inf:
-            return timer  # never
+            return  # never
         try:
-            timer.id = self._timers.add_at(when, timer)
+            timer._id = self._timers.add_at(when, timer)
         except OverflowError:
-            return timer  # beyond 2**62 ticks (146 million years at 1 ms): never, in practice
-        except ValueError:
-            raise ValueError(f"when must be a number or None, got {when!r}") from None
+            return  # beyond 2**62 ticks (146 million years at 1 ms): never, in practice
         if when < self._armed:
             self._arm(when)
-        return timer
 
     # -- the driver -----------------------------------------------------------------------------------
 
@@ -540,7 +709,6 @@ class AsyncScheduler:
         self._handle = None
         self._thread = get_ident()
         armed, self._armed = self._armed, math.inf
-        loop = self._loop
         # asyncio runs a handle up to its clock resolution early (uvloop: up to a millisecond); what the
         # loop ran is due, so time is at least the due it was armed at.
         now = max(self._time(), armed)
@@ -548,13 +716,7 @@ class AsyncScheduler:
         try:
             timers = self._timers
             for _, timer in timers.advance(max(now, timers.now)):
-                timer.id = None
-                try:
-                    timer.callback()
-                except Exception as exc:  # not ours to raise: report it as asyncio reports a callback's
-                    loop.call_exception_handler(
-                        {"message": "timerwheel: a timer callback raised", "exception": exc}
-                    )
+                timer._run()
             self._sched._run_due(now, self._execute)
         finally:
             self._dispatching = False
