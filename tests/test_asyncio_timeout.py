@@ -603,3 +603,10 @@ def test_nan_deadline_is_refused_and_changes_nothing() -> None:
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
+    """On the Pythons we support, the wheel path is taken (a renamed state would use asyncio's timers)."""
+    from timerwheel import _asyncio
+
+    assert _asyncio._ENTERED is asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]

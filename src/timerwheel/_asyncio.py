@@ -38,7 +38,9 @@ from ._types import (
 __all__ = ["AsyncScheduler", "TimerHandle"]
 
 _get_running_loop = events._get_running_loop  # C: the running loop of this thread, or None; no exception
-_ENTERED = asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]  # where asyncio lets it move
+# The one state of asyncio's Timeout in which it can be moved. Should a future asyncio rename it, every
+# timeout simply runs on asyncio's own timers (Timeout._reschedule hands it over): slower, never wrong.
+_ENTERED = getattr(getattr(asyncio.timeouts, "_State", None), "ENTERED", object())
 
 
 class TimerHandle:
@@ -101,7 +103,11 @@ class TimerHandle:
         """
         sched = self._sched
         timer_id = self._id
-        if timer_id is not None and type(delay) is float and get_ident() == sched._thread:
+        if (
+            timer_id is not None
+            and (type(delay) is float or type(delay) is int)
+            and get_ident() == sched._thread
+        ):
             due = sched._time() + delay
             try:
                 moved = self._timers.reschedule_at(timer_id, due)
