@@ -77,8 +77,9 @@ class IdleTimeoutServer:
                         await writer.drain()
         except TimeoutError:
             self.stats["idle_closed"] += 1
-            if cm is not None and cm.when() is not None:
-                self.lateness.append(loop.time() - cm.when())
+            deadline = cm.when() if cm is not None else None
+            if deadline is not None:
+                self.lateness.append(loop.time() - deadline)
         except (ConnectionError, OSError):
             pass
         finally:
@@ -133,7 +134,7 @@ class LoopMonitor:
 
             shim = type(sys)("heapq")
             shim.__dict__.update(heapq.__dict__)
-            shim.heapify = timed_heapify
+            setattr(shim, "heapify", timed_heapify)  # noqa: B010
             asyncio.base_events.heapq = shim  # type: ignore[attr-defined]
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
@@ -180,7 +181,12 @@ async def main(argv: list[str] | None = None) -> dict[str, Any]:
         with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C ends it with KeyboardInterrupt
             loop.add_signal_handler(sig, done.set)
     if args.stdin_control:
-        loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.readline() or done.set())
+
+        def on_stdin() -> None:
+            if not sys.stdin.readline():
+                done.set()
+
+        loop.add_reader(sys.stdin.fileno(), on_stdin)
     await done.wait()
 
     figures: dict[str, Any] = {
