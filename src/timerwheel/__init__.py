@@ -3,10 +3,11 @@
 TimerWheel is the core data structure; Scheduler is the job engine on it; ThreadedScheduler drives the
 engine from its own thread, with a worker pool; AsyncScheduler drives it from an asyncio event loop, with
 wheel-backed timeouts; HeapScheduler is the same engine on a binary heap, for
-comparisons. timerwheel.testing has ManualClock for tests.
+comparisons. timerwheel.testing has ManualClock and VirtualTimeLoop for tests.
 """
 
-from ._asyncio import AsyncScheduler, TimerHandle
+from typing import TYPE_CHECKING, Any
+
 from ._core import BACKEND, TimerWheel
 from ._heap import HeapScheduler
 from ._scheduler import Scheduler
@@ -24,6 +25,23 @@ from ._types import (
     TimerWheelError,
 )
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._asyncio import AsyncScheduler, TimerHandle
+
+
+def __getattr__(name: str) -> Any:
+    """AsyncScheduler and TimerHandle are imported on first use: importing asyncio costs ~35 ms."""
+    if name in ("AsyncScheduler", "TimerHandle"):
+        from . import _asyncio
+
+        return getattr(_asyncio, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "BACKEND",
