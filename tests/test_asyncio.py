@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -797,5 +798,168 @@ def test_reset_from_another_thread_is_refused() -> None:
 
             await asyncio.get_running_loop().run_in_executor(None, elsewhere)
             assert len(errors) == 1 and handle.when() == when
+
+    run(main)
+
+
+# -- regressions found in review ------------------------------------------------------------------------
+
+
+def test_a_timer_cancelled_or_moved_by_another_callback_of_the_same_wake_does_not_run() -> None:
+    async def main() -> list[tuple[str, float]]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        seen: list[tuple[str, float]] = []
+        async with AsyncScheduler() as sched:
+            handles: list[TimerHandle] = []
+            sched.call_at(t0 + 1, lambda: (handles[0].cancel(), handles[1].reset(5)))
+            handles.append(sched.call_at(t0 + 1, lambda: seen.append(("b", loop.time() - t0))))
+            handles.append(sched.call_at(t0 + 1, lambda: seen.append(("c", loop.time() - t0))))
+            await sched.sleep(10)
+            assert handles[0].cancelled()
+        return seen
+
+    assert run(main) == [("c", 6.0)]  # b cancelled, c moved: neither runs at +1, c runs once, at +6
+
+
+def test_a_timeout_disabled_by_a_callback_of_the_same_wake_does_not_expire() -> None:
+    async def main() -> str:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            try:
+                async with sched.timeout(None) as cm:
+                    sched.call_at(loop.time() + 1, cm.reschedule, None)  # added first: runs first at +1
+                    cm.reschedule(loop.time() + 1)
+                    await asyncio.sleep(2)
+            except TimeoutError:
+                return "timed out"
+        return "not timed out"
+
+    assert run(main) == "not timed out"
+
+
+def test_keyboard_interrupt_from_a_callback_keeps_the_other_due_timers() -> None:
+    loop = VirtualTimeLoop()
+    seen: list[str] = []
+    sched = AsyncScheduler(loop=loop)
+    sched.start()
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    sched.call_later(1, interrupt)
+    later = sched.call_later(1, seen.append, "second")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.sleep(5))
+        loop.run_until_complete(asyncio.sleep(5))
+        assert seen == ["second"] and not later.cancelled()
+    finally:
+        loop.run_until_complete(sched.close())
+        loop.close()
+
+
+def test_an_idle_scheduler_holds_no_loop_handle() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(3600, print)
+            assert our_handles(loop, sched) == 1
+            handle.cancel()
+            assert our_handles(loop, sched) == 0
+            async with sched.timeout(3600):
+                assert our_handles(loop, sched) == 1
+            assert our_handles(loop, sched) == 0
+            task_id = sched.schedule(3600, print)
+            assert our_handles(loop, sched) == 1
+            sched.cancel(task_id)
+            assert our_handles(loop, sched) == 0
+
+    run(main)
+
+
+def test_minus_infinity_runs_at_the_next_iteration_and_huge_ints_never() -> None:
+    async def main(use_wheel: bool) -> list[str]:
+        loop = asyncio.get_running_loop()
+        seen: list[str] = []
+        async with AsyncScheduler() as sched:
+            call_at = sched.call_at if use_wheel else loop.call_at
+            call_at(-math.inf, seen.append, "minus inf")
+            call_at(10**400, seen.append, "never")
+            await asyncio.sleep(1)
+            if use_wheel:
+                moved = sched.call_later(100, seen.append, "moved")
+                assert moved.reschedule(-math.inf)
+                reset = sched.call_later(100, seen.append, "reset")
+                assert reset.reset(-math.inf)
+                await asyncio.sleep(1)
+                assert moved.when() == -math.inf
+        return seen
+
+    assert run(lambda: main(False)) == ["minus inf"]
+    assert run(lambda: main(True)) == ["minus inf", "moved", "reset"]
+
+
+def test_a_recurring_job_never_has_more_than_one_run_waiting() -> None:
+    """Waiting for a slot must not pile up runs to replay in a burst (rule 3): extra fires are dropped."""
+
+    async def main() -> tuple[list[float], int]:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        starts: list[float] = []
+
+        async def tick() -> None:
+            starts.append(loop.time() - t0)
+
+        async def hog() -> None:
+            await asyncio.sleep(5)
+
+        async with AsyncScheduler(max_concurrency=1) as sched:
+            sched.schedule(0.1, hog)
+            sched.schedule(0.5, tick, 1.0)  # due at 0.5, 1.5, ... 4.5 while the hog holds the one slot
+            await sched.sleep(7)
+            dropped = sched.stats().dropped
+        return starts, dropped
+
+    starts, dropped = run(main)
+    assert starts == pytest.approx([5.1, 5.5, 6.5])  # one waiting run when the slot frees, then on the grid
+    assert dropped == 4  # the fires at 1.5, 2.5, 3.5 and 4.5, while its run at 0.5 waited
+
+
+def test_a_waiting_one_shot_coroutine_job_can_be_cancelled() -> None:
+    async def main() -> None:
+        ran: list[str] = []
+
+        async def job(tag: str) -> None:
+            ran.append(tag)
+            await asyncio.sleep(5)
+
+        async with AsyncScheduler(max_concurrency=1) as sched:
+            sched.schedule(1, job, args=("first",))
+            waiting = sched.schedule(1, job, args=("waiting",))
+            await sched.sleep(2)
+            assert sched.stats().running == 2
+            assert sched.cancel(waiting) is True
+            assert sched.cancel(waiting) is False
+            stats = sched.stats()
+            assert (stats.running, stats.cancelled) == (1, 1)
+            await sched.sleep(10)
+            assert ran == ["first"]
+
+    run(main)
+
+
+def test_out_of_range_delays_name_the_argument() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            task_id = sched.schedule(10, print)
+            due = sched.next_fire_time(task_id)
+            with pytest.raises(OverflowError, match=r"^delay"):
+                sched.schedule(1e300, print)
+            with pytest.raises(OverflowError, match=r"^when"):
+                sched.schedule_at(1e300, print)
+            with pytest.raises(OverflowError, match=r"^delay"):
+                sched.reschedule(task_id, 1e300)
+            assert sched.next_fire_time(task_id) == due and sched.stats().pending == 1
 
     run(main)

@@ -86,6 +86,8 @@ class TimerHandle:
         if self._state == _PENDING:
             self._state = _CANCELLED
             self._discard()
+            if not self._timers:
+                self._sched._disarm_if_idle()
 
     def cancelled(self) -> bool:
         """Whether cancel() was called before it ran."""
@@ -131,12 +133,17 @@ class TimerHandle:
         return self._move(_number(when, "when"), "when")
 
     def _move(self, when: float, name: str) -> bool:
-        if math.isnan(when):
+        if when != when:  # NaN
             raise ValueError(f"{name} must not be NaN")
         self._discard()
         self._when = when
         self._sched._arm_timer(self)
         return True
+
+    def _wheel_due(self) -> float:
+        """Its due as the wheel takes it: a due of -inf (past, as asyncio allows) is the wheel's now."""
+        when = self._when
+        return self._timers.now if when == -math.inf else when
 
     def _discard(self) -> None:
         if self._id is not None:
@@ -176,12 +183,16 @@ _PENDING, _DONE, _CANCELLED = 0, 1, 2
 
 
 def _number(value: Any, name: str) -> float:
-    """`value` as a float (infinities and NaN included), or a TypeError that names `name`."""
+    """`value` as a float (infinities and NaN included; ints beyond the floats become infinities), or a
+    TypeError that names `name`."""
     if type(value) is float:
         return value
     if isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__float__"):
         raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond the floats: as far as infinity, for a timer
+        return math.inf if value > 0 else -math.inf
 
 
 class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final; we only replace the handle
@@ -250,7 +261,7 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                 handle.cancel()
             self._timeout_handler = loop.call_soon(self._on_timeout)
             return
-        if math.isnan(when):
+        if when != when:  # NaN
             raise ValueError(f"when must be a number or None, got {when!r}")
         timer = sched._call_at(when, self._on_timeout)
         self._when = when
@@ -369,6 +380,7 @@ class AsyncScheduler:
         self._dispatching = False  # in _on_wake: it arms the handle itself when done
         self._active = 0  # coroutine jobs running
         self._waiting: deque[Run] = deque()  # due coroutine jobs waiting for a slot (Backpressure.BLOCK)
+        self._waiting_by_task: dict[int, Run] = {}  # the one waiting run of each task; not here: cancelled
         self._jobs: dict[asyncio.Future[Any], tuple[Run, float]] = {}  # running job task -> (run, started)
         self._loop: asyncio.AbstractEventLoop
         self._sched: Scheduler
@@ -432,7 +444,9 @@ class AsyncScheduler:
         self._armed = math.inf
         now = self._time()
         while self._waiting:
-            self._drop(self._waiting.popleft(), now)
+            run = self._waiting.popleft()
+            if self._waiting_by_task.pop(run.task.id, None) is run:
+                self._drop(run, now)
         self._hand_timers_to_loop()
         me = asyncio.current_task()
         jobs = [job for job in self._jobs if job is not me]
@@ -544,12 +558,23 @@ class AsyncScheduler:
         return task_id
 
     def cancel(self, task_id: int) -> bool:
-        """Cancel a task: it will not start again. As Scheduler.cancel. O(1), and the loop is not touched.
+        """Cancel a task: it will not start again. As Scheduler.cancel. O(1).
 
-        A coroutine job already running is not cancelled by this: cancel its task yourself if you must.
+        A one-shot coroutine job waiting for a slot (max_concurrency) has not started: it is cancelled too.
+        A coroutine job already running is not: cancel its task yourself if you must.
         """
         self._check_running()
-        return self._sched.cancel(task_id)
+        sched = self._sched
+        if sched.cancel(task_id):
+            if not sched._store:
+                self._disarm_if_idle()
+            return True
+        run = self._waiting_by_task.pop(task_id, None)
+        if run is None:
+            return False
+        sched._forget(run)  # its entry in _waiting is skipped when it comes up
+        sched._cancelled += 1
+        return True
 
     def reschedule(self, task_id: int, delay: float) -> bool:
         """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
@@ -671,7 +696,7 @@ class AsyncScheduler:
     ) -> TimerHandle:
         if not callable(callback):
             raise TypeError(f"callback must be callable, not {type(callback).__name__}")
-        if math.isnan(when):
+        if when != when:  # NaN
             raise ValueError(f"{name} must not be NaN")
         timer = TimerHandle(self, when, callback, args, copy_context() if context is None else context)
         self._arm_timer(timer)
@@ -693,11 +718,11 @@ class AsyncScheduler:
         if when == math.inf:
             return  # never
         try:
-            timer._id = self._timers.add_at(when, timer)
+            timer._id = self._timers.add_at(timer._wheel_due(), timer)
         except OverflowError:
             return  # beyond 2**62 ticks (146 million years at 1 ms): never, in practice
         if when < self._armed:
-            self._arm(when)
+            self._arm(when if when != -math.inf else self._time())  # -inf: at the next iteration
 
     # -- the driver -----------------------------------------------------------------------------------
 
@@ -710,6 +735,13 @@ class AsyncScheduler:
         self._handle = self._loop.call_at(due, self._on_wake)
         self._armed = due
 
+    def _disarm_if_idle(self) -> None:
+        """Nothing pending in either wheel: take our handle off the loop (an idle scheduler holds none)."""
+        if self._handle is not None and not self._dispatching and not self._timers and not self._sched._store:
+            self._handle.cancel()
+            self._handle = None
+            self._armed = math.inf
+
     def _on_wake(self) -> None:
         """Our loop handle fired: expire what is due, run the due jobs, arm the handle at the next due."""
         self._handle = None
@@ -720,9 +752,7 @@ class AsyncScheduler:
         now = max(self._time(), armed)
         self._dispatching = True
         try:
-            timers = self._timers
-            for _, timer in timers.advance(max(now, timers.now)):
-                timer._run()
+            self._run_timers(now)
             self._sched._run_due(now, self._execute)
         finally:
             self._dispatching = False
@@ -734,14 +764,32 @@ class AsyncScheduler:
                 if due is not None:
                     self._arm(due)
 
+    def _run_timers(self, now: float) -> None:
+        """Run the timers due at `now`, in due order; a timer that an earlier callback of the same batch
+        cancelled or moved does not run (its entry changed). If a callback raises KeyboardInterrupt or
+        SystemExit, the timers not yet run go back into the wheel, still due."""
+        timers = self._timers
+        batch = timers.advance(max(now, timers.now))
+        taken = 0
+        try:
+            for timer_id, timer in batch:
+                taken += 1
+                if timer._id == timer_id:
+                    timer._run()
+        finally:
+            for timer_id, timer in batch[taken:]:
+                if timer._id == timer_id:
+                    timer._id = timers.add_at(timer._wheel_due(), timer)
+
     def _execute(self, run: Run) -> None:
         if run.task.extra is None:
             self._run_plain(run)
         elif self._limit is not None and self._active >= self._limit:
-            if self._backpressure is Backpressure.DROP:
-                self._drop(run, self._time())
+            if self._backpressure is Backpressure.DROP or run.task.id in self._waiting_by_task:
+                self._drop(run, self._time())  # a recurring task never has more than one run waiting
             else:
                 self._waiting.append(run)
+                self._waiting_by_task[run.task.id] = run
         else:
             self._start(run)
 
@@ -788,6 +836,9 @@ class AsyncScheduler:
         self._finished(run, started, error)
         while self._waiting and self._active < (self._limit or 0) and self._state == "running":
             waiting = self._waiting.popleft()
+            if self._waiting_by_task.get(waiting.task.id) is not waiting:
+                continue  # a one-shot cancelled while it waited: already accounted for
+            del self._waiting_by_task[waiting.task.id]
             if self._sched._is_cancelled(waiting):
                 self._sched._forget(waiting)
             else:

@@ -249,7 +249,7 @@ class Scheduler:
             delay = _seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
-        return self._add(self._clock() + delay, fn, interval, args, kwargs, mode, missed)
+        return self._add(self._clock() + delay, fn, interval, args, kwargs, mode, missed, "delay")
 
     def schedule_at(
         self,
@@ -268,7 +268,7 @@ class Scheduler:
             ValueError: when is not finite; interval <= 0 or not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        return self._add(_seconds(when, "when"), fn, interval, args, kwargs, mode, missed)
+        return self._add(_seconds(when, "when"), fn, interval, args, kwargs, mode, missed, "when")
 
     def _add(
         self,
@@ -279,6 +279,7 @@ class Scheduler:
         kwargs: Mapping[str, Any] | None,
         mode: RepeatMode,
         missed: Missed,
+        name: str,
     ) -> int:
         if not callable(fn):
             raise TypeError(f"fn must be callable, not {type(fn).__name__}")
@@ -296,7 +297,10 @@ class Scheduler:
             args = tuple(args)
         kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
         task = _Task(self._last_id + 1, fn, interval, args, kw, mode, missed, due)
-        task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed yet
+        try:
+            task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed
+        except OverflowError as exc:
+            raise OverflowError(f"{name} is too far ahead: {exc}") from None
         self._last_id = task.id
         self._tasks[task.id] = task
         return task.id
@@ -340,9 +344,12 @@ class Scheduler:
         if task is None:
             return False
         due = self._clock() + delay
-        if task.timer_id is None or not self._store.reschedule_at(task.timer_id, due):
-            # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
-            task.timer_id = self._store.add_at(due, task)
+        try:
+            if task.timer_id is None or not self._store.reschedule_at(task.timer_id, due):
+                # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
+                task.timer_id = self._store.add_at(due, task)
+        except OverflowError as exc:  # raised before anything changed
+            raise OverflowError(f"delay is too far ahead: {exc}") from None
         task.due = task.first_due = due
         return True
 
