@@ -54,6 +54,25 @@ RATIOS = [
         )
         for size in ("1e4", "1e5")
     ],
+    *[
+        (
+            f"{name} / timerwheel, {op} @1e6",
+            f"compare[{name}-{op}-1e6]",
+            f"compare[timerwheel-{op}-1e6]",
+            None,
+        )
+        for op in ("schedule_cancel", "reset", "next_due")
+        for name in ("asyncio", "uvloop", "sched", "twisted", "HeapScheduler", "AsyncScheduler")
+    ],
+    *[
+        (
+            f"{name} / timerwheel, schedule_expire @1e6",
+            f"compare_expire[{name}-1e6]",
+            "compare_expire[timerwheel-1e6]",
+            None,
+        )
+        for name in ("asyncio", "uvloop", "sched", "twisted", "HeapScheduler", "AsyncScheduler")
+    ],
 ]
 
 

@@ -1,162 +1,125 @@
-"""`python -m timerwheel`: the backend in use and a side-by-side timing against heap schedulers.
+"""`python -m timerwheel`: the backend in use and a short side-by-side timing; `bench` for the full suite.
 
-A few seconds on a laptop. The numbers are medians of several rounds with the garbage collector off; the
-benchmarks/ directory and docs/performance.md hold the full, reproducible measurements.
+    python -m timerwheel                    # the backend, and a few seconds against asyncio and a heap
+    python -m timerwheel bench              # every competitor, operation and size (minutes)
+    python -m timerwheel bench --quick      # a few seconds
+    python -m timerwheel bench --sizes 1e4,1e6 --ops schedule_cancel,reset --json out.json --plot out.png
+
+Every figure is a median of several rounds with the garbage collector off, each competitor in its own
+process; docs/performance.md explains the methods and the results on one machine.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import gc
-import heapq
-import itertools
+import json
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
-from . import BACKEND, TimerWheel, __version__
+from . import BACKEND, __version__
+from ._bench import COMPETITORS, OPERATIONS, format_report, plot, run_bench, worker_main
 
-ROUNDS = 5
-
-
-def _median_ns(run: Callable[[], int]) -> float:
-    """Median over ROUNDS of the time per operation of `run` (which returns how many operations it did)."""
-    samples = []
-    for _ in range(ROUNDS):
-        start = time.perf_counter_ns()
-        ops = run()
-        samples.append((time.perf_counter_ns() - start) / ops)
-    return statistics.median(samples)
+DEFAULT_SIZES = [10**3, 10**4, 10**5, 10**6, 10**7]
+QUICK_SIZES = [10**3, 10**4]
+DEMO_SIZE = 10**5
 
 
-def _median_timed(run: Callable[[], tuple[int, int]]) -> float:
-    """Median over ROUNDS of ns per operation, where `run` times itself (its set-up excluded)."""
-    samples = []
-    for _ in range(ROUNDS):
-        ops, elapsed = run()
-        samples.append(elapsed / ops)
-    return statistics.median(samples)
+def _list(text: str, allowed: list[str] | tuple[str, ...], what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in items if x not in allowed]
+    if unknown or not items:
+        raise argparse.ArgumentTypeError(
+            f"unknown {what} {unknown or text!r}; choose from {', '.join(allowed)}"
+        )
+    return items
 
 
-def _wheel_add_cancel(pending: int, ops: int) -> Callable[[], int]:
-    wheel = TimerWheel()
-    for i in range(pending):
-        wheel.add(1.0 + i * 1e-4, None)
-    add, cancel = wheel.add, wheel.cancel
-
-    def run() -> int:
-        for _ in range(ops):
-            cancel(add(5.0, None))
-        return ops
-
-    return run
-
-
-def _asyncio_add_cancel(loop: asyncio.AbstractEventLoop, pending: int, ops: int) -> Callable[[], int]:
-    for i in range(pending):
-        loop.call_later(1.0 + i * 1e-4, print)
-    call_later = loop.call_later
-
-    def run() -> int:
-        for _ in range(ops):
-            call_later(5.0, print).cancel()
-        return ops
-
-    return run
-
-
-def _heapq_add_cancel(pending: int, ops: int) -> Callable[[], int]:
-    """The classic heap scheduler: heappush of (due, seq), a dict of live entries, lazy deletion on cancel."""
-    heap: list[tuple[float, int]] = []
-    live: dict[int, object] = {}
-    seq = itertools.count()
-    for i in range(pending):
-        n = next(seq)
-        heap.append((1.0 + i * 1e-4, n))
-        live[n] = None
-    heapq.heapify(heap)
-    push = heapq.heappush
-
-    def run() -> int:
-        for _ in range(ops):
-            n = next(seq)
-            push(heap, (5.0, n))
-            live[n] = None
-            live.pop(n, None)
-        return ops
-
-    return run
-
-
-def _wheel_expire(timers: int) -> Callable[[], tuple[int, int]]:
-    def run() -> tuple[int, int]:
-        wheel = TimerWheel()
-        for i in range(timers):
-            wheel.add((i % 1000) * 0.001 + 0.0005, None)
-        start = time.perf_counter_ns()
-        for tick in range(1, 1001):
-            wheel.advance(tick * 0.001)
-        return timers, time.perf_counter_ns() - start
-
-    return run
-
-
-def _heapq_expire(timers: int) -> Callable[[], tuple[int, int]]:
-    def run() -> tuple[int, int]:
-        heap = [((i % 1000) * 0.001 + 0.0005, i) for i in range(timers)]
-        heapq.heapify(heap)
-        pop = heapq.heappop
-        start = time.perf_counter_ns()
-        for tick in range(1, 1001):
-            now = tick * 0.001
-            while heap and heap[0][0] <= now:
-                pop(heap)
-        return timers, time.perf_counter_ns() - start
-
-    return run
-
-
-def demo(pending: int, ops: int) -> None:
-    """Print the backend and a short comparison table."""
-    print(f"timerwheel {__version__}, backend: {BACKEND}")
-    print(f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.machine()}")
-    print(f"\nadd + cancel, {pending:,} timers pending, median of {ROUNDS} x {ops:,} (ns per pair):")
-    gc.disable()
+def _sizes(text: str) -> list[int]:
     try:
-        wheel = _median_ns(_wheel_add_cancel(pending, ops))
-        loop = asyncio.new_event_loop()
+        sizes = [int(float(x)) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sizes must be numbers such as 1e3,1e5, not {text!r}") from None
+    if not sizes or min(sizes) < 1 or max(sizes) > 10**7:
+        raise argparse.ArgumentTypeError(f"sizes must be between 1 and 1e7, got {text!r}")
+    return sorted(set(sizes))
+
+
+def bench(argv: list[str]) -> int:
+    """`python -m timerwheel bench`."""
+    parser = argparse.ArgumentParser(prog="python -m timerwheel bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="sizes 1e3 and 1e4, 3 short rounds: seconds")
+    parser.add_argument("--sizes", type=_sizes, help="pending timers, e.g. 1e3,1e6 (default 1e3..1e7)")
+    parser.add_argument(
+        "--ops",
+        type=lambda t: _list(t, OPERATIONS, "operation"),
+        default=list(OPERATIONS),
+        help=f"operations, from {', '.join(OPERATIONS)}",
+    )
+    parser.add_argument(
+        "--competitors",
+        type=lambda t: _list(t, list(COMPETITORS), "competitor"),
+        default=list(COMPETITORS),
+        help=f"from {', '.join(COMPETITORS)}",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="rounds per figure (median); default 7, quick 3"
+    )
+    parser.add_argument("--budget", type=float, default=None, help="seconds per round (default 0.05)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot the results (needs matplotlib)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # the process of one competitor
+    args = parser.parse_args(argv)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
+    rounds = args.rounds if args.rounds is not None else 3 if args.quick else 7
+    budget = args.budget if args.budget is not None else 0.01 if args.quick else 0.05
+    if rounds < 1 or budget <= 0:
+        parser.error("--rounds must be >= 1 and --budget > 0")
+    if args.worker:
+        return worker_main(args.worker, sizes, args.ops, rounds, budget)
+    if args.plot:
         try:
-            asy = _median_ns(_asyncio_add_cancel(loop, pending, ops))
-        finally:
-            loop.close()
-        heap = _median_ns(_heapq_add_cancel(pending, ops))
-        rows = [("timerwheel", wheel), ("asyncio call_later + cancel", asy), ("heapq + dict", heap)]
-        for name, ns in rows:
-            print(f"  {name:<30} {ns:8.0f}   {ns / wheel:5.1f}x")
-        expire = pending
-        print(f"\nexpire {expire:,} timers over 1000 ticks (ns per timer):")
-        wexp = _median_timed(_wheel_expire(expire))
-        hexp = _median_timed(_heapq_expire(expire))
-        for name, ns in [("timerwheel advance()", wexp), ("heapq heappop", hexp)]:
-            print(f"  {name:<30} {ns:8.0f}   {ns / wexp:5.1f}x")
-    finally:
-        gc.enable()
-    print("\nThe full benchmarks: docs/performance.md")
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib: python -m pip install 'timerwheel[plot]' (or matplotlib)")
+    report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"\nwrote {args.json}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def demo() -> int:
+    """`python -m timerwheel`: the backend, and a short comparison at 10^5 pending timers."""
+    print(f"timerwheel {__version__}, backend: {BACKEND}")
+    print(
+        f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.machine()}\n"
+    )
+    report = run_bench(
+        ["timerwheel", "asyncio", "AsyncScheduler", "HeapScheduler"],
+        [DEMO_SIZE],
+        ["schedule_cancel", "reset", "schedule_expire"],
+        rounds=5,
+        budget=0.02,
+    )
+    print(format_report(report).split("\n", 2)[2].split("\nTimer-wheel packages")[0].lstrip("\n"))
+    print("\nThe whole comparison: python -m timerwheel bench --help; docs/performance.md")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m timerwheel`."""
-    parser = argparse.ArgumentParser(prog="python -m timerwheel", description=__doc__.splitlines()[0])
-    parser.add_argument("--pending", type=int, default=200_000, help="timers pending during add+cancel")
-    parser.add_argument("--ops", type=int, default=50_000, help="operations per round")
-    args = parser.parse_args(argv)
-    if args.pending < 1 or args.ops < 1:
-        parser.error("--pending and --ops must be >= 1")
-    demo(args.pending, args.ops)
-    return 0
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "bench":
+        return bench(argv[1:])
+    if argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return demo()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""`python -m timerwheel bench`: each competitor's operations do what they claim, and the command works.
+
+Correctness only: how fast anything is belongs in benchmarks/, never in a test.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from timerwheel import __main__ as cli
+from timerwheel._bench import COMPETITORS, Competitor, Unsupported, format_report, worker
+
+
+def _usable(name: str) -> Competitor:
+    competitor = COMPETITORS[name]()
+    try:
+        competitor.version()
+    except Exception as exc:
+        pytest.skip(f"{name} is not usable here: {exc}")
+    return competitor
+
+
+@pytest.mark.parametrize("name", list(COMPETITORS))
+def test_each_competitor_does_what_its_operations_claim(name: str) -> None:
+    competitor = _usable(name)
+    competitor.build(300)
+    try:
+        before = len(competitor.items)
+        competitor.schedule_cancel(50)
+        competitor.reset(400)  # more than one round-robin pass
+        assert len(competitor.items) == before
+        try:
+            competitor.next_due(5)
+        except Unsupported:
+            assert name in ("asyncio", "uvloop", "AsyncScheduler")
+    finally:
+        competitor.close()
+    assert _usable(name).schedule_expire(2500) == 2500  # every callback ran, once
+
+
+def test_the_worker_reports_every_operation_and_size() -> None:
+    records = list(
+        worker("timerwheel", [100, 1000], ["schedule_cancel", "reset", "schedule_expire", "memory"], 2, 0.001)
+    )
+    assert records[0]["version"]
+    measured = {(r["op"], r["size"]) for r in records[1:]}
+    assert measured == {
+        (op, size) for op in ("schedule_cancel", "reset", "schedule_expire", "memory") for size in (100, 1000)
+    }
+    assert all(r.get("ns", r.get("bytes", 0)) > 0 for r in records[1:])
+
+
+def test_a_competitor_that_is_not_installed_is_skipped_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "twisted", None)  # an import of it fails
+    (record,) = list(worker("twisted", [100], ["reset"], 1, 0.001))
+    assert "skipped" in record and "twisted" in record["skipped"]
+
+
+def test_the_command_prints_a_table_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--sizes", "200", "--competitors", "timerwheel,HeapScheduler"]
+    assert cli.main([*argv, "--ops", "schedule_cancel,memory", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "schedule_cancel" in text and "HeapScheduler" in text and "(1.0x)" in text
+    report = json.loads(out.read_text())
+    assert {r["competitor"] for r in report["results"]} == {"timerwheel", "HeapScheduler"}
+    assert report["machine"]["python"] and not report["skipped"]
+    assert "Timer-wheel packages on PyPI" in format_report(report)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "0"], "sizes"),
+        (["--sizes", "1e8"], "sizes"),
+        (["--sizes", "ten"], "sizes"),
+        (["--ops", "sort"], "operation"),
+        (["--competitors", "heapq"], "competitor"),
+        (["--rounds", "0"], "rounds"),
+        (["--budget", "0"], "budget"),
+    ],
+)
+def test_bad_options_are_refused_clearly(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_plot_without_matplotlib_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--quick", "--plot", str(tmp_path / "x.png")])
+    assert "matplotlib" in capsys.readouterr().err
+
+
+def test_plot_draws_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from timerwheel._bench import plot
+
+    report = {
+        "machine": {"python": "CPython 3.x"},
+        "results": [
+            {"competitor": name, "op": "reset", "size": size, "ns": ns}
+            for name, ns in (("timerwheel", 60.0), ("asyncio", 1500.0))
+            for size in (1000, 10000)
+        ],
+    }
+    path = tmp_path / "bench.png"
+    plot(report, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_arguments_print_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--bogus"]) == 2
+    assert "python -m timerwheel bench" in capsys.readouterr().err
+
+
+def test_the_plain_command_prints_the_backend_and_a_short_table(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import timerwheel
+
+    monkeypatch.setattr(cli, "DEMO_SIZE", 1000)  # the real one is 10**5: a few seconds
+    assert cli.main([]) == 0
+    out = capsys.readouterr().out
+    assert f"backend: {timerwheel.BACKEND}" in out
+    assert "schedule_cancel" in out and "asyncio" in out and "HeapScheduler" in out
