@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from timerwheel import BACKEND
 from timerwheel import __main__ as cli
 from timerwheel._bench import COMPETITORS, Competitor, Unsupported, format_report, worker
+
+WHEEL = "timerwheel" if BACKEND == "cython" else "timerwheel-py"  # the wheel of the backend in use
 
 
 def _usable(name: str) -> Competitor:
@@ -44,7 +47,7 @@ def test_each_competitor_does_what_its_operations_claim(name: str) -> None:
 
 def test_the_worker_reports_every_operation_and_size() -> None:
     records = list(
-        worker("timerwheel", [100, 1000], ["schedule_cancel", "reset", "schedule_expire", "memory"], 2, 0.001)
+        worker(WHEEL, [100, 1000], ["schedule_cancel", "reset", "schedule_expire", "memory"], 2, 0.001)
     )
     assert records[0]["version"]
     measured = {(r["op"], r["size"]) for r in records[1:]}
@@ -66,12 +69,12 @@ def test_the_command_prints_a_table_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "bench.json"
-    argv = ["bench", "--quick", "--sizes", "200", "--competitors", "timerwheel,HeapScheduler"]
+    argv = ["bench", "--quick", "--sizes", "200", "--competitors", f"{WHEEL},HeapScheduler"]
     assert cli.main([*argv, "--ops", "schedule_cancel,memory", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "schedule_cancel" in text and "HeapScheduler" in text and "(1.0x)" in text
     report = json.loads(out.read_text())
-    assert {r["competitor"] for r in report["results"]} == {"timerwheel", "HeapScheduler"}
+    assert {r["competitor"] for r in report["results"]} == {WHEEL, "HeapScheduler"}
     assert report["machine"]["python"] and not report["skipped"]
     assert "Timer-wheel packages on PyPI" in format_report(report)
 
