@@ -88,6 +88,9 @@ def test_the_command_prints_a_table_and_writes_json(
         (["--ops", "sort"], "operation"),
         (["--competitors", "heapq"], "competitor"),
         (["--rounds", "0"], "rounds"),
+        (["--sizes", "inf"], "sizes"),
+        (["--budget", "nan"], "budget"),
+        (["--quick", "--json", "/nonexistent/dir/out.json"], "cannot write"),
         (["--budget", "0"], "budget"),
     ],
 )
@@ -141,3 +144,31 @@ def test_the_plain_command_prints_the_backend_and_a_short_table(
     out = capsys.readouterr().out
     assert f"backend: {timerwheel.BACKEND}" in out
     assert "schedule_cancel" in out and "asyncio" in out and "HeapScheduler" in out
+
+
+def test_the_cursor_is_always_at_the_earliest_timer() -> None:
+    """next_due moves the timer at the cursor and asks: that timer must be the earliest pending one."""
+    competitor = _usable("Scheduler")
+    competitor.build(300)
+    competitor.reset(400)
+    competitor.next_due(250)
+    sched = competitor.sched  # type: ignore[attr-defined]
+    dues = [sched.next_fire_time(task_id) for task_id in competitor.items]
+    assert dues[competitor.pos] == min(dues)
+    assert sched.next_run_in() == min(dues)  # the clock stands at 0
+
+
+def test_memory_is_counted_net_of_set_up() -> None:
+    """An event loop or an import is not charged to the timers: the figure is per timer at 10 as at 1000."""
+    from timerwheel._bench import _memory
+
+    competitor = COMPETITORS["asyncio"]
+    small, large = _memory(competitor, 10), _memory(competitor, 1000)
+    assert 100 < large < 400 and abs(small - large) < 0.5 * large
+
+
+def test_an_operation_asked_twice_is_measured_once(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--sizes", "100", "--competitors", f"{WHEEL},{WHEEL}", "--ops", "reset,reset"]
+    assert cli.main([*argv, "--json", str(out)]) == 0
+    assert len(json.loads(out.read_text())["results"]) == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sys
 
@@ -25,7 +26,7 @@ DEMO_SIZE = 10**5
 
 
 def _list(text: str, allowed: list[str] | tuple[str, ...], what: str) -> list[str]:
-    items = [x.strip() for x in text.split(",") if x.strip()]
+    items = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))  # no duplicates
     unknown = [x for x in items if x not in allowed]
     if unknown or not items:
         raise argparse.ArgumentTypeError(
@@ -37,7 +38,7 @@ def _list(text: str, allowed: list[str] | tuple[str, ...], what: str) -> list[st
 def _sizes(text: str) -> list[int]:
     try:
         sizes = [int(float(x)) for x in text.split(",") if x.strip()]
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"sizes must be numbers such as 1e3,1e5, not {text!r}") from None
     if not sizes or min(sizes) < 1 or max(sizes) > 10**7:
         raise argparse.ArgumentTypeError(f"sizes must be between 1 and 1e7, got {text!r}")
@@ -72,8 +73,8 @@ def bench(argv: list[str]) -> int:
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
     rounds = args.rounds if args.rounds is not None else 3 if args.quick else 7
     budget = args.budget if args.budget is not None else 0.01 if args.quick else 0.05
-    if rounds < 1 or budget <= 0:
-        parser.error("--rounds must be >= 1 and --budget > 0")
+    if rounds < 1 or not 0 < budget < math.inf:
+        parser.error("--rounds must be >= 1 and --budget a number of seconds > 0")
     if args.worker:
         return worker_main(args.worker, sizes, args.ops, rounds, budget)
     if args.plot:
@@ -81,16 +82,24 @@ def bench(argv: list[str]) -> int:
             import matplotlib  # noqa: F401
         except ImportError:
             parser.error("--plot needs matplotlib: python -m pip install 'timerwheel[plot]' (or matplotlib)")
-    report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
-    print(format_report(report))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-        print(f"\nwrote {args.json}")
+    try:  # a bad path fails now, not after the run
+        out = open(args.json, "w") if args.json else None  # noqa: SIM115
+    except OSError as exc:
+        parser.error(f"--json: cannot write {args.json}: {exc.strerror}")
+    try:
+        report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
+        print(format_report(report))
+        if out is not None:
+            json.dump(report, out, indent=1)
+            print(f"\nwrote {args.json}")
+    finally:
+        if out is not None:
+            out.close()
     if args.plot:
         plot(report, args.plot)
         print(f"wrote {args.plot}")
-    return 0
+    failed = [name for name, why in report["skipped"].items() if why.startswith("its worker process failed")]
+    return 1 if failed else 0
 
 
 def demo() -> int:
