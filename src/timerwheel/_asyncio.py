@@ -553,8 +553,7 @@ class AsyncScheduler:
         task = self._sched._tasks[task_id]
         if _is_async(fn):
             task.extra = True
-        if task.due < self._armed:
-            self._arm(task.due)
+        self._arm_for(task)
         return task_id
 
     def cancel(self, task_id: int) -> bool:
@@ -581,9 +580,7 @@ class AsyncScheduler:
         self._check_running()
         sched = self._sched
         if sched.reschedule(task_id, delay):
-            due = sched._tasks[task_id].due
-            if due < self._armed:
-                self._arm(due)
+            self._arm_for(sched._tasks[task_id])
             return True
         return False
 
@@ -735,6 +732,12 @@ class AsyncScheduler:
         self._handle = self._loop.call_at(due, self._on_wake)
         self._armed = due
 
+    def _arm_for(self, task: Any) -> None:
+        """A task may have been armed (scheduled, moved, or re-armed after a FIXED_DELAY run): bring our
+        loop handle forward if its due comes first. (The timers' hot paths inline this comparison.)"""
+        if task.timer_id is not None and task.due < self._armed:
+            self._arm(task.due)
+
     def _disarm_if_idle(self) -> None:
         """Nothing pending in either wheel: take our handle off the loop (an idle scheduler holds none)."""
         if self._handle is not None and not self._dispatching and not self._timers and not self._sched._store:
@@ -849,14 +852,11 @@ class AsyncScheduler:
         task = run.task
         self._sched._finish(run, started, error, finished)
         report_run(self._logger, self._error_handler, task.id, task.interval, error, finished - started)
-        if task.mode is RepeatMode.FIXED_DELAY and task.timer_id is not None and task.due < self._armed:
-            self._arm(task.due)  # re-armed when the run finished
+        self._arm_for(task)  # a FIXED_DELAY task is re-armed when its run finishes
 
     def _drop(self, run: Run, now: float) -> None:
         if self._sched._is_cancelled(run):
             self._sched._forget(run)
         else:
             self._sched._drop(run, now)
-            task = run.task
-            if task.mode is RepeatMode.FIXED_DELAY and task.timer_id is not None and task.due < self._armed:
-                self._arm(task.due)
+            self._arm_for(run.task)
