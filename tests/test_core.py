@@ -279,9 +279,11 @@ def test_reschedule_in_same_slot_does_not_move(core: ModuleType) -> None:
     assert before[0][0] == 2
     assert w.reschedule(ids[0], 10.5)
     assert [w._location(t) for t in ids] == before
-    assert w.reschedule(ids[0], 100.0)  # another slot: it moves, and the last entry fills its place
-    assert w._location(ids[0]) != before[0]
-    assert w._location(ids[2]) == before[0]
+    assert w.reschedule(ids[0], 100.0)  # another slot: it moves; the others stay in their slot
+    assert w._location(ids[0])[:2] != before[0][:2]
+    assert [w._location(t)[:2] for t in ids[1:]] == [loc[:2] for loc in before[1:]]
+    if core.__name__.endswith("_core_c"):  # C arrays: swap-and-shrink, the last entry fills the hole
+        assert w._location(ids[2]) == before[0]
     w._check()
 
 

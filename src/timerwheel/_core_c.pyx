@@ -5,6 +5,12 @@
 boundscheck and wraparound are off: every index below is a pool index (< _size), a bucket index
 (< number of buckets) or a position (< the bucket's length), kept so by the bookkeeping that _check() verifies.
 cdivision is on: every division and shift here is of non-negative integers.
+
+Re-entrancy (see _core_py.py): no Python code can run in the middle of a change here, because nothing in a
+change allocates a Python object that the garbage collector tracks or drops the last reference to an
+item: buckets and the pool grow with PyMem_Realloc and list appends. advance() frees the entries of every
+due timer before it builds its result (the tuples are the one allocation that can run the GC), so a
+finalizer run then finds the wheel whole and the fired ids stale. advance() cannot be re-entered.
 """
 
 cimport cython
@@ -152,6 +158,7 @@ cdef class TimerWheel:
     cdef Py_ssize_t _count
     cdef uint64_t _seq
     cdef bint _min_valid
+    cdef bint _advancing
     cdef Fired* _scratch
     cdef uint32_t _scratch_cap
     cdef list _items                # a Python list beside the pool: the GC sees the items
@@ -333,12 +340,6 @@ cdef class TimerWheel:
                 b.items = items
                 b.cap >>= 1
 
-    cdef inline int _reserve_entry(self) except -1:
-        """Make sure _alloc() will not fail, before anything is changed."""
-        if self._free != C_ID_MASK or self._size < self._capacity:
-            return 0
-        return self._grow_pool()
-
     cdef int _grow_pool(self) except -1:
         """Grow the pool by half."""
         cdef uint32_t cap
@@ -352,7 +353,8 @@ cdef class TimerWheel:
         if entries == NULL:
             raise MemoryError()
         self._entries = entries
-        self._items.extend([None] * (cap - self._capacity))
+        while <uint32_t>len(self._items) < cap:   # appends: no object the GC tracks is allocated
+            self._items.append(None)
         self._capacity = cap
         return 0
 
@@ -411,9 +413,16 @@ cdef class TimerWheel:
         return idx
 
     cdef inline object _insert(self, double due, int64_t tick, object item):
-        cdef int bucket = self._bucket_for(tick)
-        self._reserve(bucket)
-        self._reserve_entry()
+        cdef int bucket
+        while True:   # prepare: room in the bucket and a free entry, before anything is changed
+            bucket = self._bucket_for(tick)
+            if self._buckets[bucket].len == self._buckets[bucket].cap:
+                self._grow_bucket(bucket)
+            elif self._free == C_ID_MASK and self._size == self._capacity:
+                self._grow_pool()
+            else:
+                break
+        # commit: nothing below can fail or run Python code
         cdef uint32_t idx = self._alloc()
         cdef Entry* entry = &self._entries[idx]
         entry.due = due
@@ -606,8 +615,9 @@ cdef class TimerWheel:
                 self._top_epoch[bucket & (self._slots - 1)] = epoch
         return 0
 
-    cdef int _expire_current(self, double now, list fired) except -1:
-        """Move every timer of the CURRENT bucket whose due is <= now to `fired`, by (due, seq)."""
+    cdef int _expire_current(self, double now, uint64_t limit, list taken) except -1:
+        """Take every timer of the CURRENT bucket whose due is <= now and seq <= limit, by (due, seq): free
+        its entry and append its id and item to `taken` (appends and ints: nothing here runs Python code)."""
         cdef Bucket* b = &self._buckets[self._current]
         cdef uint32_t i, keep = 0, n = 0, idx
         cdef bint ordered = True
@@ -625,7 +635,7 @@ cdef class TimerWheel:
         for i in range(b.len):
             idx = b.items[i]
             entry = &self._entries[idx]
-            if entry.due <= now:
+            if entry.due <= now and entry.seq <= limit:
                 f[n].due = entry.due
                 f[n].seq = entry.seq
                 f[n].idx = idx
@@ -641,36 +651,50 @@ cdef class TimerWheel:
             qsort(f, n, sizeof(Fired), _fired_cmp)
         for i in range(n):
             idx = f[i].idx
-            timer_id = _make_id(self._entries[idx].gen, idx)   # before _release bumps the generation
-            fired.append((timer_id, self._release(idx)))
+            taken.append(_make_id(self._entries[idx].gen, idx))   # before _release bumps the generation
+            taken.append(self._release(idx))
         return 0
 
     def advance(self, now):
         """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
 
         Ordered by due, ties in the order added. Cost: the non-empty slots passed and the timers moved,
-        never the ticks elapsed. ValueError if now is not finite or goes backwards.
+        never the ticks elapsed. A timer a finalizer adds meanwhile comes out at the next advance().
+
+        Raises:
+            ValueError: now is not finite, or earlier than `now` (time does not go backwards).
+            OverflowError: now is more than 2**62 ticks after the wheel's start.
+            RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
         """
         cdef double t = _seconds(now, "now")
         if t < self._now:
             raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
         cdef int64_t target = self._tick_of(t, "now")
-        cdef list fired = []
+        if self._advancing:
+            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
+        cdef list taken = []            # id, item, id, item, ...: the timers taken, their entries freed
         cdef int64_t tick = 0
         cdef int bucket
-        self._expire_current(t, fired)
-        while True:
-            bucket = self._next_event(&tick)
-            if bucket < 0 or tick > target:
-                break
-            self._elapsed = tick
-            self._cascade(bucket)
-            self._expire_current(t, fired)
-        self._elapsed = target
-        self._now = t
-        if fired:
-            self._min_valid = False
-        return fired
+        cdef Py_ssize_t i
+        cdef uint64_t limit = self._seq
+        self._advancing = True
+        try:
+            self._expire_current(t, limit, taken)
+            while True:
+                bucket = self._next_event(&tick)
+                if bucket < 0 or tick > target:
+                    break
+                self._elapsed = tick
+                self._cascade(bucket)
+                self._expire_current(t, limit, taken)
+            self._elapsed = target
+            self._now = t
+            if taken:
+                self._min_valid = False
+            # The wheel is whole and the fired timers are out of it: the tuples may now run the GC.
+            return [(taken[i], taken[i + 1]) for i in range(0, len(taken), 2)]
+        finally:
+            self._advancing = False
 
     def next_due(self):
         """The exact earliest due among pending timers, or None. Cached; reads one slot when it must."""
@@ -732,6 +756,7 @@ cdef class TimerWheel:
         cdef int64_t top_tick = 0
         cdef double m = math.inf
         elapsed = self._elapsed
+        assert not self._advancing
         assert elapsed == self._tick_of(self._now, "now")
         for bucket in range(self._current + 1):
             for pos in range(self._buckets[bucket].len):

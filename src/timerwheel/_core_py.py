@@ -2,6 +2,28 @@
 
 Read this file first. The Cython twin has the same names, the same constants and the same order of steps;
 where it uses a trick for speed (C arrays, bit scans), the trick is named here in a comment.
+
+Re-entrancy. Any allocation can run the cyclic garbage collector, and a finalizer it runs (a `__del__`, a
+`weakref.finalize`) may call back into this wheel: cancel the timer of a connection that just died, add
+another, move one. So may a signal handler. Every operation here is written so that such a call finds the
+wheel whole, and its answer stays true:
+
+- Work that calls out (helpers, list methods, allocations) is done first, in a *prepare* step, and checked
+  again afterwards; the change itself is made in a *commit* block that has no calls, no loops and no
+  allocation of a container, so no Python code can run in the middle of it (CPython runs the GC at an
+  allocation before 3.12 and at calls and loop back-edges from 3.12 on). Commit blocks are marked.
+- Buckets are dicts used as ordered sets: an insert or a delete is one instruction. (The C twin keeps an
+  array per bucket, with swap-and-shrink removal and a position in each entry; there no Python code can
+  run during a change, so it needs no such care.)
+- Scans (the next event, the earliest due) compare a version counter, bumped by every commit, before they
+  use their result: if the wheel changed meanwhile, they scan again.
+- advance() takes a snapshot of a bucket before it moves or fires its timers, and checks each timer again
+  (same generation, same order number, same bucket) just before the commit that takes it out: a timer
+  that a finalizer cancelled or moved in between is left alone. A timer comes out only if it was pending
+  when the commit took it, and from then on its id is stale, so cancel() of it returns False: cancel()
+  returns True only for a timer that will not come out.
+- advance() cannot be re-entered (RuntimeError): a second advance from a finalizer would move time under
+  the first one.
 """
 
 from __future__ import annotations
@@ -36,6 +58,8 @@ ID_BITS = 32
 ID_MASK = (1 << ID_BITS) - 1
 #: The bucket of an entry that is on the free list.
 FREE = -1
+#: A top slot's epoch bound while its cascade is under way (any real epoch is lower).
+_NO_EPOCH = 1 << 63
 
 
 def level_for(elapsed: int, tick: int, bits: int, top: int) -> int:
@@ -86,9 +110,9 @@ def _check_id(timer_id: Any) -> None:
 
 
 class _Entry:
-    """One pool entry. The Cython twin keeps the same fields in a C struct (40 bytes)."""
+    """One pool entry. The Cython twin keeps the same fields in a C struct (40 bytes), the item in a list."""
 
-    __slots__ = ("bucket", "due", "gen", "pos", "seq", "tick")
+    __slots__ = ("bucket", "due", "gen", "item", "next_free", "seq", "tick")
 
     def __init__(self) -> None:
         self.due = 0.0  # exact due time, in the caller's seconds
@@ -96,7 +120,8 @@ class _Entry:
         self.seq = 0  # order of add / reschedule: breaks ties between equal dues
         self.gen = 1  # generation: the high bits of this entry's current timer id
         self.bucket = FREE  # level * slots + slot, CURRENT, or FREE
-        self.pos = 0  # index in its bucket's list (swap-and-shrink); next free entry when FREE
+        self.next_free = -1  # the next free entry while FREE (C: `pos`, also the position in a bucket)
+        self.item: Any = None
 
 
 class TimerWheel:
@@ -122,8 +147,11 @@ class TimerWheel:
     the CURRENT bucket, which every advance() looks at first. When the wheel reaches the start of a
     higher-level slot, the slot's timers cascade into lower levels, so a timer moves at most `levels` times.
     Timers beyond the top level's span stay in the top level with a count of rounds (epochs): there is no
-    maximum delay below 2**62 ticks. An index from timer id to (bucket, position) makes removal O(1) by
-    swap-and-shrink; a per-level occupancy bitmap finds the next non-empty slot without scanning empty ones.
+    maximum delay below 2**62 ticks. An index from timer id to its bucket makes removal O(1); a per-level
+    occupancy bitmap finds the next non-empty slot without scanning empty ones.
+
+    Re-entrancy: a finalizer that the garbage collector runs during any operation may call any method
+    but advance() (RuntimeError) and finds the wheel consistent; see the module docstring.
 
     Example:
         >>> w = TimerWheel(0.001)
@@ -146,6 +174,7 @@ class TimerWheel:
     """
 
     __slots__ = (
+        "_advancing",
         "_bitmaps",
         "_bits",
         "_buckets",
@@ -154,19 +183,21 @@ class TimerWheel:
         "_elapsed",
         "_entries",
         "_free",
-        "_items",
         "_levels",
+        "_mask",
         "_min_due",
         "_min_valid",
         "_now",
         "_resolution",
         "_seq",
+        "_size",
         "_slots",
         "_span_bits",
         "_start",
         "_ticks_per_second",
         "_top",
         "_top_epoch",
+        "_version",
     )
 
     def __init__(self, resolution: float = 0.001, *, slots: int = 64, levels: int = 4, start: float = 0.0):
@@ -191,24 +222,27 @@ class TimerWheel:
         self._now = start
         bits = slots.bit_length() - 1
         self._bits = bits
+        self._mask = slots - 1
         # Levels past the 62nd tick bit would stay empty: only the used ones get slots (ceil(62 / bits)).
         used = min(levels, (TICK_BITS + bits - 1) // bits)
         self._top = used - 1  # the top level: also holds timers beyond the span, by epoch
         self._span_bits = min(used * bits, TICK_BITS)  # a tick's epoch is tick >> span_bits
         self._current = used * slots  # the bucket after the last slot: timers due at the current tick
         self._elapsed = 0  # the current tick: tick_of(now)
-        self._buckets: list[list[int]] = [[] for _ in range(used * slots + 1)]
+        self._buckets: list[dict[int, None]] = [{} for _ in range(used * slots + 1)]
         # One occupancy bitmap per level; the C twin uses arrays of 64-bit words and a count-trailing-zeros.
         self._bitmaps = [0] * used
         # Per top slot, a lower bound of the epochs of its timers (exact after a cascade or a refresh).
         self._top_epoch = [0] * slots
         self._entries: list[_Entry] = []  # the pool; a timer id's low bits index it
-        self._items: list[Any] = []  # the items, beside the pool (a Python list: the GC can see them)
-        self._free = -1  # head of the free list, threaded through _Entry.pos
+        self._size = 0  # len(self._entries), readable without a call (commit blocks read it)
+        self._free = -1  # head of the free list, threaded through _Entry.next_free
         self._count = 0
         self._seq = 0
         self._min_due = 0.0  # cached next_due(), valid while _min_valid
         self._min_valid = False
+        self._version = 0  # bumped by every commit: a scan that saw it change scans again
+        self._advancing = False
 
     # -- read-only geometry and time ------------------------------------------------------------------
 
@@ -264,7 +298,7 @@ class TimerWheel:
             )
         return int(x)  # x >= 0: int() truncates, which is floor
 
-    # -- placement: buckets, bitmaps and the free list ------------------------------------------------
+    # -- placement ------------------------------------------------------------------------------------
 
     def _bucket_for(self, tick: int) -> int:
         """The bucket of a timer at `tick`, relative to the current tick."""
@@ -274,65 +308,33 @@ class TimerWheel:
         level = level_for(elapsed, tick, self._bits, self._top)
         return level * self._slots + slot_for(tick, level, self._bits)
 
-    def _link(self, idx: int, bucket: int) -> None:
-        """Append entry `idx` to `bucket`, marking the slot occupied."""
-        entry = self._entries[idx]
-        lst = self._buckets[bucket]
-        if bucket != self._current:
-            level, slot = divmod(bucket, self._slots)
-            if level == self._top:
-                epoch = entry.tick >> self._span_bits
-                if not lst or epoch < self._top_epoch[slot]:
-                    self._top_epoch[slot] = epoch
-            self._bitmaps[level] |= 1 << slot
-        entry.bucket = bucket
-        entry.pos = len(lst)
-        lst.append(idx)
+    def _grow_pool(self) -> None:
+        """Add one entry to the pool and put it on the free list (C: the pool grows by half, with realloc).
 
-    def _unlink(self, idx: int) -> None:
-        """Remove entry `idx` from its bucket in O(1): move the last one into its place, then shrink."""
-        entry = self._entries[idx]
-        bucket = entry.bucket
-        lst = self._buckets[bucket]
-        last = lst.pop()
-        if last != idx:
-            lst[entry.pos] = last
-            self._entries[last].pos = entry.pos  # swap-and-shrink: the moved entry learns its new position
-        if not lst and bucket != self._current:
-            level, slot = divmod(bucket, self._slots)
-            self._bitmaps[level] &= ~(1 << slot)
-
-    def _alloc(self) -> int:
-        idx = self._free
-        if idx >= 0:
-            self._free = self._entries[idx].pos
-            return idx
-        idx = len(self._entries)
-        if idx >= ID_MASK:  # ID_MASK itself is the C twin's "no entry" mark
+        The new entry is made first (an allocation: the GC may run and re-enter); the commit that appends it
+        and frees it is one `+=` and a few stores.
+        """
+        if self._size >= ID_MASK:  # ID_MASK itself is the C twin's "no entry" mark
             raise OverflowError(f"a wheel holds at most {ID_MASK} timers")
-        self._entries.append(_Entry())
-        self._items.append(None)
-        return idx
-
-    def _release(self, idx: int) -> Any:
-        """Put entry `idx` (already unlinked) on the free list; return its item. Its id is now stale."""
-        entry = self._entries[idx]
-        entry.gen += 1
-        entry.bucket = FREE
-        entry.pos = self._free
+        new = (_Entry(),)
+        # commit: no calls, loops or allocations
+        idx = self._size
+        self._entries += new
+        self._size = idx + 1
+        new[0].next_free = self._free
         self._free = idx
-        item = self._items[idx]
-        self._items[idx] = None
-        self._count -= 1
-        return item
 
     def _lookup(self, timer_id: Any) -> int:
-        """The pool index of a pending timer, or -1. TypeError if timer_id is not an int."""
+        """The pool index of a pending timer, or -1. TypeError if timer_id is not an int.
+
+        A caller that goes on to change the entry checks it again in its commit block: the GC may run
+        between this call's return and that block.
+        """
         _check_id(timer_id)
         if timer_id <= 0:
             return -1
         idx: int = timer_id & ID_MASK
-        if idx >= len(self._entries):
+        if idx >= self._size:
             return -1
         entry = self._entries[idx]
         if entry.gen != timer_id >> ID_BITS or entry.bucket == FREE:
@@ -340,20 +342,42 @@ class TimerWheel:
         return idx
 
     def _insert(self, due: float, tick: int, item: Any) -> int:
-        idx = self._alloc()
+        while True:  # prepare: a free entry and the target bucket; the GC may re-enter the wheel here
+            if self._free < 0:
+                self._grow_pool()
+                continue
+            elapsed = self._elapsed
+            bucket = self._bucket_for(tick)
+            idx = self._free
+            if idx >= 0 and elapsed == self._elapsed:  # still a free entry, and the same placement
+                break
+        # commit: no calls, loops or allocations from here on
         entry = self._entries[idx]
+        lst = self._buckets[bucket]
+        was_empty = not lst
+        lst[idx] = None  # a MemoryError here changes nothing
+        self._free = entry.next_free
         entry.due = due
         entry.tick = tick
         self._seq += 1
         entry.seq = self._seq
-        self._items[idx] = item
-        self._link(idx, self._bucket_for(tick))
+        entry.bucket = bucket
+        entry.item = item
+        if bucket != self._current:
+            level = bucket >> self._bits
+            slot = bucket & self._mask
+            if level == self._top:
+                epoch = tick >> self._span_bits
+                if was_empty or epoch < self._top_epoch[slot]:
+                    self._top_epoch[slot] = epoch
+            self._bitmaps[level] |= 1 << slot
         if self._count == 0:
             self._min_due = due
             self._min_valid = True
         elif self._min_valid and due < self._min_due:
             self._min_due = due
         self._count += 1
+        self._version += 1
         return (entry.gen << ID_BITS) | idx
 
     # -- the public operations ------------------------------------------------------------------------
@@ -395,10 +419,26 @@ class TimerWheel:
         idx = self._lookup(timer_id)
         if idx < 0:
             return False
-        if self._min_valid and self._entries[idx].due <= self._min_due:
+        # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
+        entry = self._entries[idx]
+        bucket = entry.bucket
+        if bucket == FREE or entry.gen != timer_id >> ID_BITS:
+            return False
+        lst = self._buckets[bucket]
+        del lst[idx]
+        if not lst and bucket != self._current:
+            self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
+        if self._min_valid and entry.due <= self._min_due:
             self._min_valid = False
-        self._unlink(idx)
-        self._release(idx)
+        item = entry.item  # dies when this frame does, after the bookkeeping: its __del__ may call back
+        entry.item = None
+        entry.gen += 1
+        entry.bucket = FREE
+        entry.next_free = self._free
+        self._free = idx
+        self._count -= 1
+        self._version += 1
+        del item
         return True
 
     def reschedule(self, timer_id: int, delay: float) -> bool:
@@ -437,25 +477,49 @@ class TimerWheel:
         return self._move(timer_id, due, self._tick_of(due, "due"))
 
     def _move(self, timer_id: int, due: float, tick: int) -> bool:
-        idx = self._lookup(timer_id)
-        if idx < 0:
-            return False
-        entry = self._entries[idx]
+        gen = timer_id >> ID_BITS
+        while True:  # prepare: the target bucket; the GC may re-enter the wheel here
+            idx = self._lookup(timer_id)
+            if idx < 0:
+                return False
+            elapsed = self._elapsed
+            bucket = self._bucket_for(tick)
+            entry = self._entries[idx]
+            if entry.bucket != FREE and entry.gen == gen and elapsed == self._elapsed:
+                break
+        # commit: no calls, loops or allocations from here on
+        old = entry.bucket
         if self._min_valid and entry.due <= self._min_due:
             self._min_valid = False
+        if bucket != old:
+            lst = self._buckets[bucket]
+            was_empty = not lst
+            lst[idx] = None  # a MemoryError here changes nothing
+            old_lst = self._buckets[old]
+            del old_lst[idx]
+            if not old_lst and old != self._current:
+                self._bitmaps[old >> self._bits] &= ~(1 << (old & self._mask))
+            if bucket != self._current:
+                level = bucket >> self._bits
+                slot = bucket & self._mask
+                if level == self._top:
+                    epoch = tick >> self._span_bits
+                    if was_empty or epoch < self._top_epoch[slot]:
+                        self._top_epoch[slot] = epoch
+                self._bitmaps[level] |= 1 << slot
+        elif bucket != self._current and bucket >> self._bits == self._top:
+            slot = bucket & self._mask  # same top slot, maybe another epoch: keep the bound a lower bound
+            epoch = tick >> self._span_bits
+            if epoch < self._top_epoch[slot]:
+                self._top_epoch[slot] = epoch
+        entry.bucket = bucket
         entry.due = due
         entry.tick = tick
         self._seq += 1
         entry.seq = self._seq
-        bucket = self._bucket_for(tick)
-        if bucket != entry.bucket:
-            self._unlink(idx)
-            self._link(idx, bucket)
-        elif bucket // self._slots == self._top and bucket != self._current:
-            slot = bucket % self._slots  # same top slot, maybe another epoch: keep the bound a lower bound
-            self._top_epoch[slot] = min(self._top_epoch[slot], tick >> self._span_bits)
         if self._min_valid and due < self._min_due:
             self._min_due = due
+        self._version += 1
         return True
 
     def due(self, timer_id: int) -> float | None:
@@ -468,15 +532,31 @@ class TimerWheel:
         return self._lookup(timer_id) >= 0
 
     def clear(self) -> None:
-        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending)."""
+        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending).
+
+        Timers added while it runs (by a finalizer) may survive it.
+        """
         dropped = []  # the items die after the bookkeeping: a __del__ may call back into the wheel
+        entries = self._entries
         for bucket, lst in enumerate(self._buckets):
-            for idx in lst:
-                dropped.append(self._release(idx))
-            lst.clear()
-            if bucket < self._current:
-                self._bitmaps[bucket // self._slots] = 0
-        self._min_valid = False
+            for idx in list(lst):  # a snapshot: a finalizer may change the bucket meanwhile
+                entry = entries[idx]
+                # commit: no calls, loops or allocations
+                if entry.bucket != bucket:
+                    continue
+                del lst[idx]
+                if not lst and bucket != self._current:
+                    self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
+                item = entry.item
+                entry.item = None
+                entry.gen += 1
+                entry.bucket = FREE
+                entry.next_free = self._free
+                self._free = idx
+                self._count -= 1
+                self._min_valid = False
+                self._version += 1
+                dropped.append(item)
         del dropped
 
     # -- time -----------------------------------------------------------------------------------------
@@ -513,85 +593,120 @@ class TimerWheel:
     def _cascade(self, bucket: int) -> None:
         """Place each timer of a slot whose block has begun again, relative to the current tick.
 
-        In place: timers that stay in this very slot (a top slot's later epochs) are compacted to its front
-        and its epoch bound becomes exact; the others move to lower levels or to CURRENT. The C twin does
-        the same with no allocation for the slot itself.
+        Timers that stay in this very slot (a top slot's later epochs) stay; the others move to lower
+        levels or to CURRENT. A top slot's epoch bound is rebuilt as the timers that stay are seen (a
+        finalizer that adds one to the slot meanwhile lowers it as any add does), so it ends exact.
         """
         lst = self._buckets[bucket]
         entries = self._entries
-        keep = 0
-        epoch = -1
-        for idx in lst:
-            entry = entries[idx]
-            target = self._bucket_for(entry.tick)
-            if target == bucket:
-                lst[keep] = idx
-                entry.pos = keep
-                keep += 1
-                tick_epoch = entry.tick >> self._span_bits
-                epoch = tick_epoch if epoch < 0 else min(epoch, tick_epoch)
-            else:
-                self._link(idx, target)
-        del lst[keep:]
-        level, slot = divmod(bucket, self._slots)
-        if keep:
-            self._top_epoch[slot] = epoch  # only a top slot keeps timers
-        else:
-            self._bitmaps[level] &= ~(1 << slot)
+        slot = bucket & self._mask
+        top = bucket >> self._bits == self._top
+        old_bound = self._top_epoch[slot]
+        if top:
+            self._top_epoch[slot] = _NO_EPOCH
+        try:
+            for idx in list(lst):  # a snapshot: a finalizer may change the slot between two moves
+                entry = entries[idx]
+                tick = entry.tick
+                target = self._bucket_for(tick)
+                # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
+                if entry.bucket != bucket or entry.tick != tick:
+                    continue  # cancelled, or moved (and placed) by a finalizer
+                if target == bucket:  # a later epoch of this top slot: it stays
+                    epoch = tick >> self._span_bits
+                    if epoch < self._top_epoch[slot]:
+                        self._top_epoch[slot] = epoch
+                    continue
+                new = self._buckets[target]
+                new[idx] = None  # a MemoryError here changes nothing
+                del lst[idx]
+                entry.bucket = target
+                if target != self._current:  # a lower level (only the top level counts epochs)
+                    self._bitmaps[target >> self._bits] |= 1 << (target & self._mask)
+                self._version += 1
+        except BaseException:
+            if top:  # the timers not placed yet are still here: the old bound still bounds them
+                self._top_epoch[slot] = min(old_bound, self._top_epoch[slot])
+            raise
+        finally:
+            if not lst:
+                self._bitmaps[bucket >> self._bits] &= ~(1 << slot)
 
-    def _expire_current(self, now: float, fired: list[tuple[int, Any]]) -> None:
-        """Move every timer of the CURRENT bucket whose due is <= now to `fired`, by (due, seq).
+    def _expire_current(self, now: float, limit: int, fired: list[tuple[int, Any]]) -> None:
+        """Take every timer of the CURRENT bucket whose due is <= now, by (due, seq), into `fired`.
 
-        One pass splits the bucket: timers still to come are compacted to its front.
+        Only timers added or moved before the advance began (seq <= limit): one that a finalizer adds or
+        moves meanwhile comes out at the next advance().
         """
         lst = self._buckets[self._current]
         if not lst:
             return
         entries = self._entries
-        due_now = []
-        keep = 0
-        for idx in lst:
+        # A snapshot, sorted; C: sorted only when not already in order.
+        due_now = [
+            (e.due, e.seq, idx, e.gen)
+            for idx in list(lst)
+            if (e := entries[idx]).due <= now and e.seq <= limit
+        ]
+        due_now.sort()
+        for _, seq, idx, gen in due_now:
             entry = entries[idx]
-            if entry.due <= now:
-                due_now.append(idx)
-            else:
-                lst[keep] = idx
-                entry.pos = keep
-                keep += 1
-        del lst[keep:]
-        due_now.sort(key=lambda i: (entries[i].due, entries[i].seq))  # C: skipped when already in order
-        for idx in due_now:
-            gen = entries[idx].gen  # read before _release bumps it
-            fired.append(((gen << ID_BITS) | idx, self._release(idx)))
+            # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
+            if entry.gen != gen or entry.seq != seq or entry.bucket != self._current:
+                continue  # cancelled or moved by a finalizer meanwhile: not this timer any more
+            del lst[idx]
+            item = entry.item
+            entry.item = None
+            entry.gen = gen + 1  # from here its id is stale: a cancel() of it returns False
+            entry.bucket = FREE
+            entry.next_free = self._free
+            self._free = idx
+            self._count -= 1
+            self._version += 1
+            fired.append(((gen << ID_BITS) | idx, item))
 
     def advance(self, now: float) -> list[tuple[int, Any]]:
         """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
 
         Timers come out ordered by due, ties in the order they were added (a reschedule counts as a fresh
         add). The cost is proportional to the non-empty slots passed and the timers moved or returned, never
-        to the ticks elapsed: a jump of 10**13 ticks over an empty wheel is as cheap as one tick.
+        to the ticks elapsed: a jump of 10**13 ticks over an empty wheel is as cheap as one tick. A timer
+        that a finalizer adds meanwhile, even one already due, comes out at the next advance().
 
         Raises:
             ValueError: now is not finite, or earlier than `now` (time does not go backwards).
             OverflowError: now is more than 2**62 ticks after the wheel's start.
+            RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
         """
         now = _seconds(now, "now")
         if now < self._now:
             raise ValueError(f"now must not go backwards: {now!r} < wheel.now {self._now!r}")
         target = self._tick_of(now, "now")
-        fired: list[tuple[int, Any]] = []
-        self._expire_current(now, fired)
-        while True:
-            tick, bucket = self._next_event()
-            if bucket < 0 or tick > target:
-                break
-            self._elapsed = tick
-            self._cascade(bucket)
-            self._expire_current(now, fired)
-        self._elapsed = target
-        self._now = now
-        if fired:
-            self._min_valid = False
+        if self._advancing:
+            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
+        self._advancing = True
+        try:
+            fired: list[tuple[int, Any]] = []
+            limit = self._seq
+            self._expire_current(now, limit, fired)
+            while True:
+                version = self._version
+                tick, bucket = self._next_event()
+                if version != self._version:
+                    continue  # a finalizer changed the wheel during the scan: scan again
+                # commit: no calls between the scan's check and the move of time
+                if bucket < 0 or tick > target:
+                    break
+                self._elapsed = tick
+                self._cascade(bucket)
+                self._expire_current(now, limit, fired)
+            self._elapsed = target
+            self._now = now
+            if fired:
+                self._min_valid = False
+            self._version += 1
+        finally:
+            self._advancing = False
         return fired
 
     def next_due(self) -> float | None:
@@ -600,26 +715,40 @@ class TimerWheel:
         Cached between changes; when it must be found again, only the earliest non-empty slot is read
         (the CURRENT bucket, or the first slot after the current tick), never every pending timer.
         """
-        if self._count == 0:
-            return None
-        if self._min_valid:
-            return self._min_due
-        lst = self._buckets[self._current]
-        if not lst:
-            lst = self._buckets[self._first_slot()]
-        entries = self._entries
-        self._min_due = min(entries[idx].due for idx in lst)
-        self._min_valid = True
-        return self._min_due
+        while True:
+            if self._count == 0:
+                return None
+            if self._min_valid:
+                return self._min_due
+            version = self._version
+            if self._advancing:  # asked by a finalizer in the middle of an advance(): read everything
+                due = min(entry.due for entry in list(self._entries) if entry.bucket != FREE)
+            else:
+                lst = self._buckets[self._current]
+                if not lst:
+                    lst = self._buckets[self._first_slot()]
+                entries = self._entries
+                due = min(entries[idx].due for idx in list(lst))
+            # commit: no calls between the check and the store
+            if version == self._version and not self._advancing:
+                self._min_due = due
+                self._min_valid = True
+                return due
+            if version == self._version:
+                return due
 
     def _first_slot(self) -> int:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         while True:
+            version = self._version
             _, bucket = self._next_event()
-            level, slot = divmod(bucket, self._slots)
-            if level != self._top:
+            if bucket >> self._bits != self._top:
                 return bucket
-            exact = min(self._entries[idx].tick for idx in self._buckets[bucket]) >> self._span_bits
+            exact = min(self._entries[idx].tick for idx in list(self._buckets[bucket])) >> self._span_bits
+            slot = bucket & self._mask
+            # commit: no calls between the check and the store
+            if version != self._version:
+                continue  # a finalizer changed the wheel meanwhile: look again
             if exact == self._top_epoch[slot]:
                 return bucket
             self._top_epoch[slot] = exact  # was a stale lower bound (its earliest timer left): look again
@@ -631,24 +760,25 @@ class TimerWheel:
         idx = self._lookup(timer_id)
         if idx < 0:
             return None
-        entry = self._entries[idx]
-        level, slot = divmod(entry.bucket, self._slots)
-        return level, slot, entry.pos
+        bucket = self._entries[idx].bucket
+        return bucket >> self._bits, bucket & self._mask, list(self._buckets[bucket]).index(idx)
 
     def _check(self) -> None:
-        """Check the bookkeeping (index, positions, bitmaps, bounds, counts, cache); AssertionError if off."""
+        """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
         seen = 0
         elapsed = self._elapsed
+        assert not self._advancing
+        assert self._size == len(self._entries)
         assert elapsed == self._tick_of(self._now, "now")
         for bucket, lst in enumerate(self._buckets):
-            for pos, idx in enumerate(lst):
+            for idx in lst:
                 entry = self._entries[idx]
-                assert entry.bucket == bucket and entry.pos == pos, (bucket, pos, idx)
+                assert entry.bucket == bucket, (bucket, idx)
                 assert entry.tick == self._tick_of(entry.due, "due")
                 if bucket == self._current:
                     assert entry.tick <= elapsed
                 else:
-                    level, slot = divmod(bucket, self._slots)
+                    level, slot = bucket >> self._bits, bucket & self._mask
                     assert entry.tick > elapsed
                     assert level_for(elapsed, entry.tick, self._bits, self._top) == level
                     assert slot_for(entry.tick, level, self._bits) == slot
@@ -657,15 +787,15 @@ class TimerWheel:
                         assert self._top_event()[0] > elapsed
             seen += len(lst)
             if bucket != self._current:
-                level, slot = divmod(bucket, self._slots)
+                level, slot = bucket >> self._bits, bucket & self._mask
                 assert bool(self._bitmaps[level] >> slot & 1) == bool(lst), (bucket, lst)
         assert seen == self._count
         free = 0
         idx = self._free
         while idx >= 0:
-            assert self._entries[idx].bucket == FREE and self._items[idx] is None
+            assert self._entries[idx].bucket == FREE and self._entries[idx].item is None
             free += 1
-            idx = self._entries[idx].pos
+            idx = self._entries[idx].next_free
         assert free + self._count == len(self._entries)
         if self._min_valid and self._count:
             assert self._min_due == min(self._entries[i].due for lst in self._buckets for i in lst), (

@@ -1,0 +1,123 @@
+"""Finalizers that the garbage collector runs in the middle of a wheel operation, calling back into it.
+
+Each test runs in a child process, so that a crash (the Cython core used to segfault here) is a failure
+and not a lost test run: the issue's reproducers, the same through the Scheduler, and a randomized test
+against a model (tests/_reentry.py) with finalizers at arbitrary allocation points.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def child(code: str, core: ModuleType, *args: str) -> str:
+    """Run `code` (or, with args, the script tests/_reentry.py) in a fresh interpreter on `core`'s backend."""
+    env = dict(os.environ)
+    if core.__name__.endswith("_core_py"):
+        env["TIMERWHEEL_NO_EXTENSIONS"] = "1"
+    else:
+        env.pop("TIMERWHEEL_NO_EXTENSIONS", None)
+    argv = [sys.executable, str(HERE / "_reentry.py"), *args] if args else [sys.executable, "-c", code]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert "Exception ignored" not in done.stderr, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_finalizer_cancels_a_timer_while_advance_runs(core: ModuleType) -> None:
+    """Issue 11, item 1: the Cython core segfaulted; the Python one returned True and fired it anyway."""
+    out = child(
+        textwrap.dedent(f"""
+        import gc, {core.__name__} as core
+        w = core.TimerWheel(); ids = [w.add_at(1.0, i) for i in range(3000)]
+        said = []
+        class Conn:
+            def __init__(s, t): s.me, s.t = s, t      # a reference cycle: only the GC frees it
+            def __del__(s): said.append(w.cancel(s.t))
+        gc.collect(); gc.disable(); Conn(ids[-1]); gc.enable()
+        out = w.advance(1.0)
+        gc.collect()
+        fired = [t for t, _ in out]
+        assert said == [ids[-1] not in fired], (said, len(fired))  # True only if it did not come out
+        assert sorted(fired) == sorted(ids[:-1] if said[0] else ids)
+        assert len(w) == 0 and w.next_due() is None
+        w._check()
+        print("ok", said)
+        """),
+        core,
+    )
+    assert out.startswith("ok")
+
+
+def test_a_finalizer_adds_while_add_grows_the_pool(core: ModuleType) -> None:
+    """Issue 11, item 2: a heap-buffer-overflow in the Cython core; two adds with one id in Python."""
+    out = child(
+        textwrap.dedent(f"""
+        import gc, {core.__name__} as core
+        w = core.TimerWheel()
+        got, ids = [], []
+        class Conn:
+            __slots__ = ("me",)
+            def __init__(s): s.me = s
+            def __del__(s): got.append(w.add(2.0, "from __del__"))   # the slot of the adds below
+        ids += [w.add(100.0, i) for i in range(17)]   # elsewhere: the slot is nearly full as the pool grows
+        ids += [w.add(2.0, i) for i in range(127)]    # 144 in the pool (its capacity), 127 in the slot (128)
+        gc.collect(); gc.disable(); Conn(); gc.set_threshold(1); gc.enable()
+        ids.append(w.add(2.0, "grows the pool"))
+        gc.set_threshold(700, 10, 10)
+        ids += [w.add(2.0, i) for i in range(300)]
+        everything = ids + got
+        assert len(set(everything)) == len(everything) == len(w), (len(set(everything)), len(w))
+        w._check()
+        assert sorted(t for t, _ in w.advance(200.0)) == sorted(everything)
+        print("ok")
+        """),
+        core,
+    )
+    assert out.startswith("ok")
+
+
+@pytest.mark.parametrize("engine", ["Scheduler", "HeapScheduler"])
+def test_weakref_finalize_cancels_tasks_due_together(core: ModuleType, engine: str) -> None:
+    """The realistic form: weakref.finalize(request, sched.cancel, tid) on 20 of 3,000 tasks due at once."""
+    out = child(
+        textwrap.dedent(f"""
+        import gc, weakref
+        from timerwheel import {engine}
+        from timerwheel.testing import ManualClock
+        clock = ManualClock()
+        sched = {engine}(clock)
+        ran, said = [], {{}}
+        class Request:
+            def __init__(s): s.me = s
+        tids = [sched.schedule(1.0, ran.append, args=(i,)) for i in range(3000)]
+        clock.advance(1.0)
+        gc.collect(); gc.disable()
+        for i in range(0, 3000, 150):
+            weakref.finalize(Request(), lambda t=tids[i]: said.__setitem__(t, sched.cancel(t)))
+        gc.enable()
+        n = sched.run_pending()
+        gc.collect()
+        assert len(said) == 20 and len(ran) == len(set(ran)) == n
+        for i, t in enumerate(tids):
+            assert (i in ran) != bool(said.get(t)), (i, said.get(t))   # ran, or cancelled with True
+        assert sched.stats().pending == 0 and sched.stats().cancelled == sum(said.values())
+        print("ok", n)
+        """),
+        core,
+    )
+    assert out.startswith("ok")
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("TIMERWHEEL_REENTRY_SEEDS", "12"))))
+def test_randomized_finalizers_against_a_model(core: ModuleType, seed: int) -> None:
+    assert child("", core, core.__name__, str(seed), "400").strip() == "ok"
