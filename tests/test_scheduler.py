@@ -416,6 +416,7 @@ class HoldingExecutor:
         self.open: list[Run] = []
 
     def __call__(self, run: Run) -> None:
+        self.sched._started(run)
         self.open.append(run)
 
     def run_due(self) -> int:
@@ -592,7 +593,8 @@ def test_args_and_kwargs(make: MakeSched, clock: ManualClock) -> None:
     assert got == [((1, 2), {"x": 3})]
 
 
-def test_clock_that_steps_back_is_harmless(make: MakeSched) -> None:
+def test_clock_that_steps_back_never_runs_a_task_early(make: MakeSched) -> None:
+    """Issue 11, item 10: after a step back, a new task ran at once (its due was already past)."""
     now = [10.0]
     s = make(lambda: now[0])
     log: list[str] = []
@@ -600,10 +602,41 @@ def test_clock_that_steps_back_is_harmless(make: MakeSched) -> None:
     s.schedule(1.5, lambda: log.append("y"))  # due 11.5
     now[0] = 12.0
     assert s.run_pending() == 2
-    now[0] = 11.0  # stepped back
-    s.schedule(0.75, lambda: log.append("z"))  # due 11.75: already past for the scheduler
-    assert s.run_pending() == 1  # 11.0 is treated as 12.0, time does not go backwards
+    now[0] = 11.0  # stepped back: the scheduler's time stands still at 12.0 until the clock passes it
+    s.schedule(0.75, lambda: log.append("z"))  # due 12.75, never before 0.75 s have passed on the clock
+    for t in (11.0, 11.5, 11.75, 12.5):
+        now[0] = t
+        assert s.run_pending() == 0
+    now[0] = 12.75
+    assert s.run_pending() == 1
     assert log == ["x", "y", "z"]
+
+
+def test_clock_stepped_back_52_seconds(make: MakeSched) -> None:
+    now = [1000.0]
+    s = make(lambda: now[0])
+    s.run_pending()
+    now[0] -= 52
+    ran: list[float] = []
+    s.schedule(5, lambda: ran.append(now[0]))
+    assert s.run_pending() == 0
+    now[0] += 5  # five seconds on the clock: still inside the step
+    assert s.run_pending() == 0 and s.next_fire_time(1) == 1005.0
+    now[0] = 1005.0
+    assert s.run_pending() == 1 and ran == [1005.0]
+
+
+@pytest.mark.parametrize("reading", [math.nan, math.inf, "12", None])
+def test_a_bad_clock_reading_is_named(make: MakeSched, reading: Any) -> None:
+    now: list[Any] = [10.0]
+    s = make(lambda: now[0])
+    now[0] = reading
+    with pytest.raises((TypeError, ValueError), match="the scheduler's clock returned"):
+        s.schedule(1, print)
+    with pytest.raises((TypeError, ValueError), match="the scheduler's clock returned"):
+        s.run_pending()
+    now[0] = 11.0
+    assert s.schedule(1, print) == 1  # nothing was taken by the failed calls
 
 
 def test_constructor_validation(clock: ManualClock) -> None:
@@ -679,6 +712,107 @@ def test_skip_grid_with_interval_below_clock_resolution_terminates(make: MakeSch
     tid = s.schedule(0, print, 1e-300, missed=Missed.SKIP)
     assert s.run_pending() == 1
     assert s.next_fire_time(tid) == math.nextafter(1e9, math.inf)
+
+
+@pytest.mark.parametrize("missed", list(Missed))
+@pytest.mark.parametrize(("interval", "jump"), [(5e-324, 1.0), (1e-300, 1e9), (1e-9, 1e12), (3.0, 1e9)])
+def test_tiny_interval_when_late_runs_once_and_rearms_after_now(
+    make: MakeSched, missed: Missed, interval: float, jump: float
+) -> None:
+    """Issue 11, item 7: OverflowError from run_pending, then a zombie task (armed nowhere, never run)."""
+    clock = ManualClock(0.0)
+    s = make(clock)
+    ran: list[float] = []
+    tid = s.schedule(0, lambda: ran.append(clock()), interval, missed=missed)
+    assert s.run_pending() == 1
+    clock.advance(jump)
+    assert s.run_pending() == 1  # once, however many periods were missed
+    due = s.next_fire_time(tid)
+    assert due is not None and due > clock() and math.isfinite(due)
+    assert [info.id for info in s.pending()] == [tid] and s.stats().pending == 1
+    assert s.run_pending() == 0  # re-armed after now: not due again at the same now
+    clock.set(due)
+    assert s.run_pending() == 1
+    assert s.cancel(tid) and s.stats().pending == 0
+
+
+def test_rule2_rearm_after_the_job_returned(make: MakeSched) -> None:
+    """Issue 11, item 8 (seed 004): a probe every 3 s schedules a follow-up in 3 s; the follow-up, scheduled
+    during the job, is due with the probe's next run and runs first (the re-arm came after the job)."""
+    clock = ManualClock(0.0)
+    s = make(clock)
+    log: list[tuple[str, float]] = []
+
+    def probe() -> None:
+        log.append(("probe", clock()))
+        s.schedule(3, lambda: log.append(("follow-up", clock())))
+
+    s.schedule(3, probe, 3)
+    for _ in range(3):
+        clock.advance(3)
+        s.run_pending()
+    assert log == [
+        ("probe", 3.0),
+        ("follow-up", 6.0),
+        ("probe", 6.0),
+        ("follow-up", 9.0),
+        ("probe", 9.0),
+    ]
+
+
+def test_rule2_a_driver_rearms_when_it_takes_the_run(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    seen: list[float | None] = []
+
+    def executor(run: Run) -> None:  # a driver handing the run over: the re-arm comes after this returns
+        seen.append(s.next_fire_time(run.task_id))
+        s._started(run)
+
+    tid = s.schedule(1, print, 1.0)
+    clock.advance(1)
+    assert s._run_due(clock(), executor) == 1
+    assert seen == [None] and s.next_fire_time(tid) == 102.0
+    assert s.stats().running == 1 and s.stats().executed == 1
+
+
+def test_executed_counts_runs_started(make: MakeSched, clock: ManualClock) -> None:
+    """Issue 11, item 9 (lib-x/timewheel's Executed): a run counts as executed once its job has started."""
+    s = make(clock)
+    during: list[Stats] = []
+    s.schedule(1, lambda: during.append(s.stats()))
+    clock.advance(1)
+    s.run_pending()
+    assert during[0].executed == 1 and during[0].running == 1
+    assert s.stats().executed == 1 and s.stats().running == 0
+
+
+def test_a_dropped_run_is_not_executed(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    s.schedule(1, print)
+    clock.advance(1)
+    s._run_due(clock(), lambda run: s._drop(run, clock()))
+    assert s.stats().executed == 0 and s.stats().dropped == 1
+
+
+def test_observer_keyboard_interrupt_propagates_on_the_callers_thread(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    raised: list[int] = []
+
+    def observer(event: JobEvent) -> None:
+        if not raised:
+            raised.append(event.task_id)
+            raise KeyboardInterrupt
+
+    s = make(clock, observer=observer)
+    rec = s.schedule(1, print, 1.0)
+    s.schedule(1, print)
+    clock.advance(1)
+    with pytest.raises(KeyboardInterrupt):
+        s.run_pending()
+    assert raised == [rec] and s.next_fire_time(rec) == 102.0  # accounted for and re-armed first
+    assert s.run_pending() == 1  # the other task, still due
+    assert s.stats().executed == 2 and s.stats().pending == 1
 
 
 def test_run_pending_from_a_job_is_refused(make: MakeSched, clock: ManualClock) -> None:

@@ -126,28 +126,25 @@ class Model:
                 task.armed = False
                 if task.interval is None:
                     del self.tasks[tid]
-                elif task.mode is not RepeatMode.FIXED_DELAY:
-                    nxt = due + task.interval
-                    if not nxt > now:
-                        if task.missed is Missed.DELAY:
-                            nxt = now + task.interval
-                        else:
-                            nxt = first_after(task.first_due, task.interval, now)
-                    self._arm(task, nxt)
                 self.log.append(tid)
+                self.executed += 1  # counted when the run starts
                 try:
                     run_job(task.behaviour)
                 except Exception as exc:
                     self.errors.append(f"task {tid}: {exc}")
                     self.failed += 1
-                self.executed += 1
-                if (
-                    task.mode is RepeatMode.FIXED_DELAY
-                    and task.interval is not None
-                    and not task.armed
-                    and self.tasks.get(tid) is task
-                ):
-                    self._arm(task, self.clock() + task.interval)
+                # re-armed after the job returned (inline), unless it cancelled or moved its own task
+                if task.interval is not None and not task.armed and self.tasks.get(tid) is task:
+                    if task.mode is RepeatMode.FIXED_DELAY:
+                        nxt = self.clock() + task.interval
+                    else:
+                        nxt = due + task.interval
+                        if not nxt > now:
+                            if task.missed is Missed.DELAY:
+                                nxt = now + task.interval
+                            else:
+                                nxt = first_after(task.first_due, task.interval, now)
+                    self._arm(task, nxt)
                 ran += 1
 
 

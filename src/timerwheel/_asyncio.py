@@ -37,6 +37,9 @@ from ._types import (
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
 
+#: What a user callback (observer, error handler, logger) may raise through the loop: as asyncio's own
+#: callbacks, KeyboardInterrupt and SystemExit; anything else is logged.
+_PROPAGATE = (KeyboardInterrupt, SystemExit)
 _get_running_loop = events._get_running_loop  # C: the running loop of this thread, or None; no exception
 # The one state of asyncio's Timeout in which it can be moved. Should a future asyncio rename it, every
 # timeout simply runs on asyncio's own timers (Timeout._reschedule hands it over): slower, never wrong.
@@ -797,7 +800,7 @@ class AsyncScheduler:
             self._start(run)
 
     def _run_plain(self, run: Run) -> None:
-        started = self._time()
+        started = self._sched._started(run)
         try:
             result = run.call()
         except (KeyboardInterrupt, SystemExit) as exc:
@@ -812,7 +815,7 @@ class AsyncScheduler:
             self._finished(run, started, None)
 
     def _start(self, run: Run) -> None:
-        started = self._time()
+        started = self._sched._started(run)
         try:
             coro = run.call()
         except BaseException as exc:  # the coroutine function raised before making a coroutine
@@ -851,7 +854,9 @@ class AsyncScheduler:
         finished = self._time()
         task = run.task
         self._sched._finish(run, started, error, finished)
-        report_run(self._logger, self._error_handler, task.id, task.interval, error, finished - started)
+        report_run(
+            self._logger, _PROPAGATE, self._error_handler, task.id, task.interval, error, finished - started
+        )
         self._arm_for(task)  # a FIXED_DELAY task is re-armed when its run finishes
 
     def _drop(self, run: Run, now: float) -> None:

@@ -16,8 +16,10 @@ Not thread-safe: a driver serialises calls into it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
@@ -60,6 +62,7 @@ class _Task:
         "interval",
         "kwargs",
         "last_call",
+        "live",
         "missed",
         "mode",
         "running",
@@ -92,6 +95,7 @@ class _Task:
         self.running = 0
         self.extra: Any = None  # a driver's own per-task data (ThreadedScheduler: context and timeout)
         self.last_call = 0  # the _run_due call that last started it: at most one run per call
+        self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
 
 
 class Run:
@@ -117,21 +121,32 @@ class Run:
 
 
 def _first_grid_point_after(origin: float, interval: float, now: float) -> float:
-    """The least origin + k * interval (k >= 1) that is after now, exactly as computed in floats.
+    """The least origin + k * interval (k >= 1) that is after now, as computed in floats; always > now.
 
-    The division rounds, so k is stepped a few times either way. If the interval is below the float
-    resolution of the clock's values, no grid point is after now: the next representable time is.
+    The division rounds, so k is stepped a few times either way. Where the grid is finer than the floats
+    around now (a tiny interval, or now very far from the origin), the point is found from the remainder
+    of the period instead, and if even that is not after now, the next float after now is taken.
     """
-    k = max(1, math.floor((now - origin) / interval) + 1)
-    for _ in range(4):
-        if k > 1 and origin + (k - 1) * interval > now:
-            k -= 1
-    for _ in range(4):
-        due = origin + k * interval
-        if due > now:
-            return due
-        k += 1
-    return math.nextafter(now, math.inf)
+    span = now - origin
+    q = span / interval
+    if q < 2.0**52:  # k is exact in a float: False for inf and NaN as well
+        k = max(1, math.floor(q) + 1)
+        for _ in range(4):
+            if k > 1 and origin + (k - 1) * interval > now:
+                k -= 1
+        for _ in range(4):
+            due = origin + k * interval
+            if due > now:
+                return due
+            k += 1
+    due = now + (interval - math.fmod(span, interval))
+    return due if due > now and math.isfinite(due) else math.nextafter(now, math.inf)
+
+
+def _after(now: float, interval: float) -> float:
+    """now + interval, or the next float after now where the interval is below the floats' resolution."""
+    due = now + interval
+    return due if due > now else math.nextafter(now, math.inf)
 
 
 class Scheduler:
@@ -143,12 +158,17 @@ class Scheduler:
     1. Task ids are 1, 2, 3, ... in the order scheduled.
     2. A task scheduled at clock time t with delay d is due at exactly t + d. run_pending() reads the clock
        once, at its start, and runs every task due at or before that now, earliest due first; equal dues run
-       in the order scheduled (a recurring task's re-arm counts as scheduled at that moment).
+       in the order scheduled. A recurring task is re-armed once the executor has taken its run: here,
+       where jobs run inline, when the job has returned (so a task that the job schedules for the same due
+       as its own next run comes first); under a driver that runs jobs elsewhere, when the run is handed
+       over (so FIXED_RATE runs may overlap). The re-arm counts as scheduled at that moment. A job that
+       cancelled or rescheduled its own task is not re-armed again.
     3. A one-shot task is removed after it runs. A recurring task (interval given) is re-armed for
        due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
-       Missed.SKIP: the first point of the grid first_due + k * interval after now). A recurring task runs
-       at most once per run_pending() call: missed runs are never replayed in a burst (and a recurring
-       task that a job moves to a due at or before now runs at the next call).
+       Missed.SKIP: the first point of the grid first_due + k * interval after now). A re-arm is always
+       after now, however small the interval. A recurring task runs at most once per run_pending() call:
+       missed runs are never replayed in a burst (and a recurring task that a job moves to a due at or
+       before now runs at the next call).
     4. A job that raises an Exception is recorded in `errors` as "task <id>: <message>" and the others go
        on; a recurring job that failed is still re-armed. Other BaseExceptions (KeyboardInterrupt,
        SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
@@ -160,10 +180,17 @@ class Scheduler:
     8. delay < 0, interval <= 0, or a non-finite delay, when or interval: ValueError; fn not callable:
        TypeError; a call that raised schedules nothing.
 
-    Repeat modes (RepeatMode): FIXED_RATE (default) re-arms on the grid when a run starts; FIXED_DELAY
+    Time never goes backwards in here: a clock read earlier than an earlier read counts as that earlier
+    read. A clock that steps back (a wall clock given by mistake) therefore delays what is scheduled
+    meanwhile by up to the step; nothing ever runs before its delay has elapsed on the clock.
+
+    Repeat modes (RepeatMode): FIXED_RATE (default) keeps the grid due, due + interval, ...; FIXED_DELAY
     re-arms `interval` after the run finished (clock read when the job returns); SKIP_IF_RUNNING keeps the
     grid but skips, and counts, a fire while the previous run is still going. Jobs run inline here, so
     runs never overlap; the modes matter under the drivers, which run jobs concurrently.
+
+    A finalizer that the garbage collector runs in the middle of any call (a `weakref.finalize` that
+    cancels the timer of a dead connection) may call back in: it finds the scheduler consistent.
 
     Not thread-safe: use ThreadedScheduler to schedule from several threads.
 
@@ -201,7 +228,9 @@ class Scheduler:
         if observer is not None and not callable(observer):
             raise TypeError(f"observer must be callable or None, not {type(observer).__name__}")
         self._clock = clock
-        self._store: TimerStore = self._make_store(resolution, slots, levels, _seconds(clock(), "clock()"))
+        start = _clock_value(clock())
+        self._latest = start  # the latest clock read: time never goes backwards in here
+        self._store: TimerStore = self._make_store(resolution, slots, levels, start)
         self._observer = observer
         self._tasks: dict[int, _Task] = {}
         self._last_id = 0
@@ -211,6 +240,9 @@ class Scheduler:
         self._calls = 0  # _run_due calls so far
         self._in_run_due = False  # a job calling run_pending() again would break the once-per-call rule
         self._logger = logger  # a driver may set its own
+        # What an observer or a logger may raise and still stop us: KeyboardInterrupt and SystemExit on
+        # the caller's thread; a driver whose threads must never die sets () (nothing).
+        self._propagate: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
 
     def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
         """The timer store; HeapScheduler overrides this and nothing else."""
@@ -223,6 +255,17 @@ class Scheduler:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} pending={len(self._store)} running={self._running}>"
+
+    def _now(self) -> float:
+        """The clock, never earlier than its latest read (a clock that steps back stands still)."""
+        now = self._clock()
+        if type(now) is float and self._latest <= now < math.inf:  # the common case: a check, two compares
+            self._latest = now
+            return now
+        now = _clock_value(now)
+        if now > self._latest:
+            self._latest = now
+        return self._latest
 
     # -- scheduling -----------------------------------------------------------------------------------
 
@@ -249,7 +292,7 @@ class Scheduler:
             delay = _seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
-        return self._add(self._clock() + delay, fn, interval, args, kwargs, mode, missed, "delay")
+        return self._add(self._now() + delay, fn, interval, args, kwargs, mode, missed, "delay")
 
     def schedule_at(
         self,
@@ -296,14 +339,23 @@ class Scheduler:
                 raise TypeError("args must be an iterable of arguments, not a string")
             args = tuple(args)
         kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
-        task = _Task(self._last_id + 1, fn, interval, args, kw, mode, missed, due)
+        # The id is taken before anything that allocates: a finalizer that the GC runs meanwhile may
+        # schedule too, and must get the next one. It is given back if the call fails (and nothing took
+        # a later one), so that a call that raised takes no id.
+        task_id = self._last_id + 1
+        self._last_id = task_id
         try:
-            task.timer_id = self._store.add_at(due, task)  # may raise (a due out of range): nothing changed
-        except OverflowError as exc:
-            raise OverflowError(f"{name} is too far ahead: {exc}") from None
-        self._last_id = task.id
-        self._tasks[task.id] = task
-        return task.id
+            task = _Task(task_id, fn, interval, args, kw, mode, missed, due)
+            timer_id = self._store.add_at(due, task)
+        except BaseException as exc:
+            if self._last_id == task_id:
+                self._last_id = task_id - 1
+            if isinstance(exc, OverflowError):  # a due out of the store's range: nothing changed
+                raise OverflowError(f"{name} is too far ahead: {exc}") from None
+            raise
+        task.timer_id = timer_id
+        self._tasks[task_id] = task
+        return task_id
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task: it will not start again. O(1).
@@ -317,9 +369,12 @@ class Scheduler:
         task = self._tasks.pop(task_id, None)
         if task is None:
             return False
-        if task.timer_id is not None:
-            self._store.cancel(task.timer_id)  # False when it was just taken for running: the check in
-            task.timer_id = None  # _run_due sees timer_id changed and skips it
+        task.live = False
+        timer_id = task.timer_id
+        task.timer_id = None
+        if timer_id is not None:
+            # False when it was just taken for running: _run_due sees the task is not live and skips it
+            self._store.cancel(timer_id)
         self._cancelled += 1
         return True
 
@@ -343,11 +398,16 @@ class Scheduler:
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        due = self._clock() + delay
+        due = self._now() + delay
+        timer_id = task.timer_id
         try:
-            if task.timer_id is None or not self._store.reschedule_at(task.timer_id, due):
+            if timer_id is None or not self._store.reschedule_at(timer_id, due):
                 # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
-                task.timer_id = self._store.add_at(due, task)
+                timer_id = self._store.add_at(due, task)
+                if not task.live:  # cancelled by a finalizer while the store worked
+                    self._store.cancel(timer_id)
+                    return True
+                task.timer_id = timer_id
         except OverflowError as exc:  # raised before anything changed
             raise OverflowError(f"delay is too far ahead: {exc}") from None
         task.due = task.first_due = due
@@ -366,14 +426,14 @@ class Scheduler:
 
         Jobs run inline, one after the other, earliest due first. See the class docstring for the rules.
         """
-        return self._run_due(self._clock(), self._run_inline)
+        return self._run_due(self._now(), self._run_inline)
 
     def next_run_in(self) -> float | None:
         """Seconds until the next task is due, never negative; None when nothing is scheduled."""
         due = self._store.next_due()
         if due is None:
             return None
-        return max(0.0, due - self._clock())
+        return max(0.0, due - self._now())
 
     def _run_due(self, now: float, execute: Callable[[Run], object]) -> int:
         """Take every task due at `now`, apply the run rules, hand each run to `execute`; count them."""
@@ -396,40 +456,50 @@ class Scheduler:
                     return started
                 for timer_id, task in batch:
                     taken += 1
-                    if task.timer_id != timer_id:  # cancelled or rescheduled by an earlier job of this batch
+                    # cancelled or rescheduled by an earlier job of this batch (or by a finalizer)
+                    if task.timer_id != timer_id or not task.live:
                         continue
+                    task.timer_id = None
                     if task.last_call == self._calls:  # a recurring task runs at most once per call
-                        task.timer_id = None
                         deferred.append(task)
                         continue
                     started += self._fire(task, now, execute)
         finally:
             # Normally only `deferred`; after a BaseException also the rest of the batch, which did not run.
             for timer_id, task in batch[taken:]:
-                if task.timer_id == timer_id:
+                if task.timer_id == timer_id and task.live:
                     task.timer_id = None
                     deferred.append(task)
             for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
-                if task.timer_id is None and self._tasks.get(task.id) is task:
-                    task.timer_id = store.add_at(task.due, task)
+                if task.timer_id is None and task.live:
+                    self._arm(task, task.due)
             self._in_run_due = False
 
     def _fire(self, task: _Task, now: float, execute: Callable[[Run], object]) -> int:
         scheduled_for = task.due
-        task.timer_id = None
         if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
             self._skipped += 1
             self._rearm_on_grid(task, scheduled_for, now)
             self._emit(task.id, scheduled_for, now, now, skipped=True)
             return 0
         if task.interval is None:
+            task.live = False
             del self._tasks[task.id]  # a one-shot is finished once it starts
-        elif task.mode is not RepeatMode.FIXED_DELAY:
-            self._rearm_on_grid(task, scheduled_for, now)  # before the job runs: it may cancel itself
         task.running += 1
         self._running += 1
         task.last_call = self._calls
-        execute(Run(task, scheduled_for))
+        try:
+            execute(Run(task, scheduled_for))
+        finally:
+            # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
+            # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
+            if (
+                task.interval is not None
+                and task.mode is not RepeatMode.FIXED_DELAY
+                and task.timer_id is None
+                and task.live
+            ):
+                self._rearm_on_grid(task, scheduled_for, now)
         return 1
 
     def _rearm_on_grid(self, task: _Task, scheduled_for: float, now: float) -> None:
@@ -438,22 +508,34 @@ class Scheduler:
         due = scheduled_for + interval
         if not due > now:  # late: never replay the missed runs
             if task.missed is Missed.DELAY:
-                due = now + interval
+                due = _after(now, interval)
             else:
                 due = _first_grid_point_after(task.first_due, interval, now)
         self._arm(task, due)
 
     def _arm(self, task: _Task, due: float) -> None:
+        """Put a live task's next run in the store (its timer_id must be None).
+
+        A finalizer may cancel the task while the store works: `live` is read again afterwards, without a
+        call in between, and the new timer is taken back. A due that the store cannot hold (an interval
+        that runs off the end of the clock's range) ends the task, with an error recorded.
+        """
         try:
-            task.timer_id = self._store.add_at(due, task)
-        except OverflowError as exc:  # an interval that runs off the end of the clock's range
-            self._tasks.pop(task.id, None)
-            self._record_error(task.id, exc)
+            timer_id = self._store.add_at(due, task)
+        except (OverflowError, ValueError) as exc:
+            if task.live:
+                task.live = False
+                self._tasks.pop(task.id, None)
+                self._record_error(task.id, exc)
             return
+        if not task.live:
+            self._store.cancel(timer_id)
+            return
+        task.timer_id = timer_id
         task.due = due
 
     def _run_inline(self, run: Run) -> None:
-        started_at = self._clock()
+        started_at = self._started(run)
         try:
             run.call()
         except Exception as exc:
@@ -463,6 +545,11 @@ class Scheduler:
             raise
         else:
             self._finish(run, started_at, None)
+
+    def _started(self, run: Run) -> float:
+        """A run's job is about to be called: count it (Stats.executed counts runs started); the time."""
+        self._executed += 1
+        return self._now()
 
     def _finish(
         self,
@@ -475,11 +562,10 @@ class Scheduler:
     ) -> None:
         """A run returned (error None) or raised: count it, record its error, re-arm a FIXED_DELAY task."""
         if finished_at is None:
-            finished_at = self._clock()
+            finished_at = self._now()
         task = run.task
         task.running -= 1
         self._running -= 1
-        self._executed += 1
         if error is not None:
             self._failed += 1
             self._record_error(task.id, error)
@@ -499,7 +585,8 @@ class Scheduler:
 
     def _discard_pending(self) -> None:
         """Forget every task (a driver closing): nothing will run; no counter changes."""
-        for task in self._tasks.values():
+        for task in list(self._tasks.values()):
+            task.live = False
             if task.timer_id is not None:
                 self._store.cancel(task.timer_id)
                 task.timer_id = None
@@ -508,7 +595,7 @@ class Scheduler:
     def _is_cancelled(self, run: Run) -> bool:
         """A recurring task cancelled after this run was taken (a one-shot cannot be: it is finished)."""
         task = run.task
-        return task.interval is not None and self._tasks.get(task.id) is not task
+        return task.interval is not None and not task.live
 
     def _forget(self, run: Run) -> None:
         """A taken run that will not start: its task was cancelled before it did. Not counted anywhere."""
@@ -517,14 +604,19 @@ class Scheduler:
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
-        if task.interval is not None and task.timer_id is None and self._tasks.get(task.id) is task:
-            self._arm(task, finished_at + task.interval)
+        if task.interval is not None and task.timer_id is None and task.live:
+            self._arm(task, _after(finished_at, task.interval))
 
     def _record_error(self, task_id: int, error: BaseException) -> None:
         self.errors.append(f"task {task_id}: {error}")
         if len(self.errors) > MAX_ERRORS:
             del self.errors[0]
-        self._logger.error("timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+        self._log(logging.ERROR, "timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+
+    def _log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
+        """Log on the scheduler's logger; a logger that raises is reported on stderr, never raised further
+        (but for what `_propagate` lets through)."""
+        log_safely(self._logger, self._propagate, level, msg, *args, exc_info=exc_info)
 
     def _emit(
         self,
@@ -555,8 +647,10 @@ class Scheduler:
         )
         try:
             observer(event)
-        except Exception:
-            self._logger.exception("timerwheel: the observer raised on %r; ignored", event)
+        except BaseException as exc:
+            if isinstance(exc, self._propagate):
+                raise
+            self._log(logging.ERROR, "timerwheel: the observer raised on %r; ignored", event, exc_info=exc)
 
     # -- introspection --------------------------------------------------------------------------------
 
@@ -571,7 +665,7 @@ class Scheduler:
         """Every armed task, sorted by next fire time, then id. O(n log n)."""
         infos = [
             TimerInfo(task.id, task.due, task.interval, task.mode)
-            for task in self._tasks.values()
+            for task in list(self._tasks.values())
             if task.timer_id is not None
         ]
         infos.sort(key=lambda info: (info.next_fire_at, info.id))
@@ -590,8 +684,36 @@ class Scheduler:
         )
 
 
+def _clock_value(value: Any) -> float:
+    """A clock's reading as a finite float, or a ValueError / TypeError that says the clock gave it."""
+    try:
+        return _seconds(value, "the clock's reading")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise type(exc)(f"{exc} (the scheduler's clock returned {value!r})") from None
+
+
+def log_safely(
+    logger: logging.Logger,
+    propagate: tuple[type[BaseException], ...],
+    level: int,
+    msg: str,
+    *args: Any,
+    exc_info: Any = None,
+) -> None:
+    """logger.log(level, msg, *args), where a logger that raises (a handler, a filter) cannot stop a
+    scheduler: what it raised is written to stderr instead, unless it is one of `propagate`."""
+    try:
+        logger.log(level, msg, *args, exc_info=exc_info)
+    except BaseException as exc:
+        if isinstance(exc, propagate):
+            raise
+        with contextlib.suppress(BaseException):  # a closed or broken stderr: nothing is left to tell
+            sys.stderr.write(f"timerwheel: the logger raised {exc!r} while logging: {msg % args}\n")
+
+
 def report_run(
     logger: logging.Logger,
+    propagate: tuple[type[BaseException], ...],
     error_handler: Callable[[int, BaseException], object] | None,
     task_id: int,
     interval: float | None,
@@ -601,18 +723,38 @@ def report_run(
 ) -> None:
     """What a driver does after a run finished, beyond the engine's accounting (shared by the drivers).
 
-    Pass a failed run's error to `error_handler` (whose own errors are logged, never raised); warn about a
-    run past its timeout, and about a run longer than half its task's interval.
+    Pass a failed run's error to `error_handler`; warn about a run past its timeout, and about a run longer
+    than half its task's interval. Whatever the error handler or the logger raises is logged (or written to
+    stderr) and goes no further, unless it is one of `propagate`: a driver thread never dies of it.
     """
     if error is not None and error_handler is not None:
         try:
             error_handler(task_id, error)
-        except Exception:
-            logger.exception("timerwheel: the error_handler raised for task %d; ignored", task_id)
+        except BaseException as exc:
+            if isinstance(exc, propagate):
+                raise
+            log_safely(
+                logger,
+                propagate,
+                logging.ERROR,
+                "timerwheel: the error_handler raised for task %d; ignored",
+                task_id,
+                exc_info=exc,
+            )
     if timed_out:
-        logger.warning("timerwheel: task %d ran %.3f s, past its timeout", task_id, duration)
+        log_safely(
+            logger,
+            propagate,
+            logging.WARNING,
+            "timerwheel: task %d ran %.3f s, past its timeout",
+            task_id,
+            duration,
+        )
     if interval is not None and duration > interval / 2:
-        logger.warning(
+        log_safely(
+            logger,
+            propagate,
+            logging.WARNING,
             "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
             "probably the wrong knob",
             task_id,

@@ -130,6 +130,7 @@ class ThreadedScheduler:
         )
         self._logger = logger or logging.getLogger("timerwheel")
         self._sched._logger = self._logger
+        self._sched._propagate = ()  # an observer or a logger never kills a scheduler thread
         self._deadlines = TimerWheel(resolution, slots=slots, levels=levels, start=self._clock())  # timeouts
         self._missed = missed
         self._error_handler = error_handler
@@ -428,7 +429,7 @@ class ThreadedScheduler:
         task = run.task
         use_context, timeout = task.extra or (False, None)
         ctx = JobContext(task.id, run.scheduled_for, timeout) if use_context or timeout is not None else None
-        started = self._clock()
+        started = self._sched._started(run)
         deadline_id = None
         if ctx is not None:
             self._live.add(ctx)
@@ -455,7 +456,14 @@ class ThreadedScheduler:
             timed_out = ctx.timed_out or (timeout is not None and finished - started > timeout)
         self._sched._finish(run, started, error, finished, timed_out=timed_out)
         report_run(
-            self._logger, self._error_handler, task.id, task.interval, error, finished - started, timed_out
+            self._logger,
+            (),
+            self._error_handler,
+            task.id,
+            task.interval,
+            error,
+            finished - started,
+            timed_out,
         )
         self._wake_for(self._sched.next_fire_time(task.id))  # a FIXED_DELAY task re-armed just now
 
