@@ -47,6 +47,7 @@ PUBLIC = [
     "AlreadyRunningError",
     "AsyncScheduler",
     "Backpressure",
+    "ClockError",
     "ClosedError",
     "HeapScheduler",
     "JobContext",

@@ -9,6 +9,7 @@ pure-Python CI run covers the other.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import threading
 import time
@@ -20,6 +21,7 @@ import pytest
 from timerwheel import (
     AlreadyRunningError,
     Backpressure,
+    ClockError,
     ClosedError,
     JobContext,
     JobEvent,
@@ -454,6 +456,196 @@ def _wait_for(condition: Any) -> None:
     while not condition():
         assert time.monotonic() < end, "condition not reached"
         time.sleep(0.001)  # polling a test condition, not waiting for time to pass
+
+
+# -- issue 11: callbacks that close, callbacks that raise, clocks that fail, idle workers -------------
+
+
+def _settled_until(s: ThreadedScheduler, predicate: Any) -> None:
+    """Wait (on the scheduler's condition, never a sleep) until predicate() holds."""
+    end = time.monotonic() + GENEROUS
+    with s._lock:
+        while not predicate():
+            assert time.monotonic() < end, "condition not reached"
+            s._settled.wait(0.05)
+
+
+def _threads_of(s: ThreadedScheduler) -> list[threading.Thread]:
+    return [s._driver, *(s._pool.threads if s._pool is not None else [])]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("where", ["observer", "error_handler"])
+@pytest.mark.parametrize("how", ["close", "stop"])
+def test_close_or_stop_from_a_callback(clock: ManualClock, workers: int, where: str, how: str) -> None:
+    """Issue 11, item 3: close() from an observer or an error handler deadlocked (workers >= 1)."""
+    box: list[ThreadedScheduler] = []
+    called: list[str] = []
+
+    def callback(*args: Any) -> None:
+        called.append(threading.current_thread().name)
+        getattr(box[0], how)()
+
+    s = ThreadedScheduler(clock=clock, workers=workers, **{where: callback})  # type: ignore[arg-type]
+    box.append(s)
+    s.start()
+    s.schedule(1, lambda: 1 / 0)
+    s.schedule(60, print)
+    clock.advance(1)
+    for thread in _threads_of(s):
+        thread.join(GENEROUS)
+        assert not thread.is_alive(), f"{thread.name} is stuck"
+    assert called and s._state == "closed"
+    s.close()  # from the test's thread: waits (nothing left to wait for) and discards
+    assert s.stats().pending == 0 and s.pending() == []
+
+
+class Boom(BaseException):
+    """Not an Exception: what a careless callback might raise."""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("raised", [Boom, SystemExit, KeyboardInterrupt, GeneratorExit])
+def test_callbacks_that_raise_base_exceptions_never_kill_a_thread(
+    clock: ManualClock, workers: int, raised: type[BaseException], caplog: Any
+) -> None:
+    """Issue 11, item 4: a BaseException from an observer or an error handler killed the thread."""
+
+    def observer(event: JobEvent) -> None:
+        raise raised("from the observer")
+
+    def handler(tid: int, exc: BaseException) -> None:
+        raise raised("from the error handler")
+
+    gate = Gate()
+    with (
+        caplog.at_level(logging.ERROR, logger="timerwheel"),
+        ThreadedScheduler(clock=clock, workers=workers, observer=observer, error_handler=handler) as s,
+    ):
+        for _ in range(3):
+            s.schedule(1, lambda: 1 / 0)
+        clock.advance(1)
+        s._settle()
+        assert all(t.is_alive() for t in _threads_of(s))
+        if workers:  # the pool did not shrink: both workers take a run at once
+            s.schedule(1, gate.job)
+            s.schedule(1, gate.job)
+            clock.advance(1)
+            gate.wait_started(2)
+            gate.release.set()
+        s.schedule(1, print, args=("still running",))
+        clock.advance(1)
+        s._settle()
+        assert s.stats().failed == 3 and s.stats().executed == 4 + 2 * bool(workers)
+    assert "the observer raised" in caplog.text and "the error_handler raised" in caplog.text
+
+
+def test_a_logger_that_raises_never_kills_a_thread(clock: ManualClock, capsys: Any) -> None:
+    class Broken(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            raise Boom("the handler broke")
+
+    mine = logging.getLogger("timerwheel.test.broken")
+    mine.propagate = False
+    mine.addHandler(Broken())
+    with ThreadedScheduler(clock=clock, workers=1, logger=mine) as s:
+        s.schedule(1, lambda: 1 / 0)
+        clock.advance(1)
+        s._settle()
+        s.schedule(1, print, args=("after",))
+        clock.advance(1)
+        s._settle()
+        assert s.stats().executed == 2 and all(t.is_alive() for t in _threads_of(s))
+    assert "the logger raised Boom('the handler broke')" in capsys.readouterr().err
+
+
+class FlakyClock(ManualClock):
+    """A ManualClock whose next readings can be made to fail: an exception is raised, a value returned."""
+
+    def __init__(self, start: float) -> None:
+        super().__init__(start)
+        self.bad: list[Any] = []
+
+    def __call__(self) -> float:
+        if self.bad:
+            value = self.bad.pop(0)
+            if isinstance(value, BaseException):
+                raise value
+            return value  # type: ignore[no-any-return]
+        return super().__call__()
+
+
+@pytest.mark.parametrize("bad", [RuntimeError("the clock broke"), math.nan, 1e300, "noon"])
+def test_one_bad_clock_reading_does_not_stop_the_driver(bad: Any, caplog: Any) -> None:
+    """Issue 11, item 5: one failing clock read killed the driver; the scheduler still said running."""
+    clock = FlakyClock(50.0)
+    ran: list[float] = []
+    with caplog.at_level(logging.ERROR, logger="timerwheel"), ThreadedScheduler(clock=clock, workers=1) as s:
+        s.schedule(1, lambda: ran.append(clock()))
+        s._settle()
+        clock.bad.append(bad)
+        clock.advance(1)  # wakes the driver, whose next reading fails; it retries and goes on
+        s._settle()
+        assert ran == [51.0] and s._driver.is_alive()
+        assert s.stats().clock_errors == 1
+        s.schedule(1, lambda: ran.append(clock()))
+        clock.advance(1)
+        s._settle()
+        assert ran == [51.0, 52.0]
+    assert "cannot read its clock" in caplog.text
+
+
+def test_a_clock_past_the_wheels_range_refuses_work(caplog: Any) -> None:
+    now = [50.0]
+    with caplog.at_level(logging.ERROR, logger="timerwheel"), ThreadedScheduler(clock=lambda: now[0]) as s:
+        s.schedule(0.01, print, args=("before",))
+        now[0] = 1e300  # past 2**62 ticks of 1 ms: the driver cannot go on with this clock
+        _settled_until(s, lambda: s._clock_errors >= 2)
+        with pytest.raises(ClockError, match="cannot read its clock") as info:
+            s.schedule(1, print)
+        assert isinstance(info.value.__cause__, OverflowError)
+        with pytest.raises(ClockError):
+            s.reschedule(1, 1.0)
+        assert "clock failing" in repr(s) and s.stats().clock_errors >= 2
+        assert s._driver.is_alive()
+        now[0] = 60.0  # the clock answers again (a test can do what a monotonic clock cannot)
+        _settled_until(s, lambda: s._fault is None)
+        assert s.schedule(0.001, print) == 2 and "clock failing" not in repr(s)
+
+
+@pytest.mark.parametrize("policy", list(Backpressure))
+def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backpressure) -> None:
+    """Issue 11, item 6: with workers=4, queue_size=1 and DROP, 20 runs due at once gave 1 run, 19 drops."""
+    s = make(workers=4, queue_size=1, backpressure=policy)
+    gate = Gate()
+    inline: list[int] = []
+
+    def job() -> None:
+        if threading.current_thread().name == "timerwheel-driver":
+            inline.append(1)
+            return
+        gate.job()
+
+    for _ in range(20):
+        s.schedule(1, job)
+    clock.advance(1)
+    gate.wait_started(4)  # 4 start at once, on the 4 workers
+    if policy is Backpressure.BLOCK:
+        _settled_until(s, lambda: s._pool.queued == 1)
+        assert s.stats().executed == 4 and s.stats().queued == 1  # the driver waits for room
+    else:
+        _settle_while_blocked(s)
+        stats = s.stats()
+        assert stats.queued == 1  # one waits in the queue; the policy decided for the other 15
+        if policy is Backpressure.DROP:
+            assert (stats.executed, stats.dropped, inline) == (4, 15, [])
+        else:
+            assert (stats.executed, stats.dropped, len(inline)) == (4 + 15, 0, 15)
+    gate.release.set()
+    s._settle()
+    stats = s.stats()
+    assert stats.executed + stats.dropped == 20 and stats.queued == 0
+    assert stats.dropped == (15 if policy is Backpressure.DROP else 0)
 
 
 # -- stress and real time ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from ._threaded import JobContext, ThreadedScheduler
 from ._types import (
     AlreadyRunningError,
     Backpressure,
+    ClockError,
     ClosedError,
     JobEvent,
     Missed,
@@ -48,6 +49,7 @@ __all__ = [
     "AlreadyRunningError",
     "AsyncScheduler",
     "Backpressure",
+    "ClockError",
     "ClosedError",
     "HeapScheduler",
     "JobContext",

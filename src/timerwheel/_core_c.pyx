@@ -244,6 +244,11 @@ cdef class TimerWheel:
         """The time passed to the last advance(), or `start` before the first."""
         return self._now
 
+    @property
+    def horizon(self):
+        """start + 2**62 ticks: the wheel refuses times from about here on (OverflowError)."""
+        return self._start + C_MAX_TICKS * self._resolution
+
     def __len__(self):
         """Number of pending timers. O(1)."""
         return self._count

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from typing import Any
 
 from ._core_py import _seconds
@@ -35,6 +36,11 @@ class HeapQueue:
     def now(self) -> float:
         """The time passed to the last advance()."""
         return self._now
+
+    @property
+    def horizon(self) -> float:
+        """The first time it cannot hold: none (infinity)."""
+        return math.inf
 
     def __len__(self) -> int:
         return len(self._live)

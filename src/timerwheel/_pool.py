@@ -2,6 +2,12 @@
 
 The pool shares its owner's lock: every method here is called with that lock held, and the workers take it
 to pick up a run and to report it. Jobs themselves run with the lock released.
+
+A due run goes to an idle worker without taking a place in the queue: the pool holds at most
+(idle workers + queue_size) runs that no worker has picked up yet, and `queued` counts only those beyond
+the idle workers, the runs that wait because every worker is busy. (The driver hands runs over with the
+lock held, so a worker it wakes picks its run up only when the driver lets go of the lock: counting idle
+workers as room is what keeps a batch of due runs from being dropped while workers sit idle.)
 """
 
 from __future__ import annotations
@@ -18,17 +24,18 @@ __all__ = ["WorkerPool"]
 
 
 class WorkerPool:
-    """Worker threads fed from a queue of at most `queue_size` runs (0: no bound).
+    """Worker threads fed from a queue of at most `queue_size` runs beyond the idle workers (0: no bound).
 
     Args:
         lock: the owner's lock, held by every caller of submit() and close().
         workers: number of threads, >= 1.
-        queue_size: most runs waiting for a worker; 0 for no bound.
-        backpressure: what submit() does when the queue is full.
+        queue_size: most runs waiting while every worker is busy; 0 for no bound.
+        backpressure: what submit() does when that is reached.
         work: called (lock held) with a run a worker picked up; runs the job, releasing the lock meanwhile.
         inline: called (lock held) to run a run on the submitting thread (Backpressure.RUN_INLINE).
         drop: called (lock held) for a run that is not executed (Backpressure.DROP, or the pool closed).
         on_idle: called (lock held) whenever a worker finished a run.
+        on_error: called (lock held) with whatever `work` raised: a worker thread never dies of it.
     """
 
     def __init__(
@@ -41,14 +48,17 @@ class WorkerPool:
         inline: Callable[[Run], None],
         drop: Callable[[Run], None],
         on_idle: Callable[[], None],
+        on_error: Callable[[BaseException], None],
     ) -> None:
         self._queue: deque[Run] = deque()
         self._queue_size = queue_size
         self._backpressure = backpressure
         self._work, self._inline, self._drop, self._on_idle = work, inline, drop, on_idle
+        self._on_error = on_error
         self._has_work = threading.Condition(lock)
         self._has_room = threading.Condition(lock)
         self._closing = False
+        self._idle = 0  # workers waiting for a run (some may have been handed one they have not picked up)
         self.active = 0  # runs being executed by workers
         self._threads = [
             threading.Thread(target=self._worker, name=f"timerwheel-worker-{i}", daemon=True)
@@ -62,22 +72,32 @@ class WorkerPool:
 
     @property
     def queued(self) -> int:
-        """Runs waiting for a worker."""
+        """Runs waiting for a worker because every worker is busy."""
+        return max(0, len(self._queue) - self._idle)
+
+    @property
+    def unclaimed(self) -> int:
+        """Runs no worker has picked up yet, those handed to an idle worker included."""
         return len(self._queue)
 
+    @property
+    def threads(self) -> list[threading.Thread]:
+        """The worker threads."""
+        return list(self._threads)
+
+    def _full(self) -> bool:
+        return bool(self._queue_size) and len(self._queue) >= self._idle + self._queue_size
+
     def submit(self, run: Run) -> None:
-        """Queue a run; when the queue is full, apply the backpressure policy (lock held)."""
-        while self._queue_size and len(self._queue) >= self._queue_size:
-            if self._closing:
-                self._drop(run)
-                return
-            if self._backpressure is Backpressure.DROP:
+        """Hand a run to an idle worker or queue it; when there is no room, apply the policy (lock held)."""
+        while self._full():
+            if self._closing or self._backpressure is Backpressure.DROP:
                 self._drop(run)
                 return
             if self._backpressure is Backpressure.RUN_INLINE:
                 self._inline(run)
                 return
-            self._has_room.wait()  # Backpressure.BLOCK: until a worker takes a run, or close()
+            self._has_room.wait()  # Backpressure.BLOCK: until a worker comes free, or close()
         if self._closing:
             self._drop(run)
             return
@@ -85,7 +105,7 @@ class WorkerPool:
         self._has_work.notify()
 
     def close(self) -> list[Run]:
-        """Stop taking runs, wake everyone, return the runs still queued (lock held)."""
+        """Stop taking runs, wake everyone, return the runs no worker picked up (lock held)."""
         self._closing = True
         left = list(self._queue)
         self._queue.clear()
@@ -102,15 +122,19 @@ class WorkerPool:
     def _worker(self) -> None:
         with self._has_work:
             while True:
+                self._idle += 1
+                self._has_room.notify()  # an idle worker is room for one more run
                 while not self._queue and not self._closing:
                     self._has_work.wait()
+                self._idle -= 1
                 if not self._queue:
                     return  # closing, and nothing left
                 run = self._queue.popleft()
-                self._has_room.notify()
                 self.active += 1
                 try:
                     self._work(run)
+                except BaseException as exc:  # a worker thread never dies
+                    self._on_error(exc)
                 finally:
                     self.active -= 1
                     self._on_idle()

@@ -41,6 +41,8 @@ class TimerStore(Protocol):
 
     @property
     def now(self) -> float: ...
+    @property
+    def horizon(self) -> float: ...
     def add_at(self, due: float, item: Any) -> int: ...
     def cancel(self, timer_id: int) -> bool: ...
     def reschedule_at(self, timer_id: int, due: float) -> bool: ...
@@ -231,6 +233,7 @@ class Scheduler:
         start = _clock_value(clock())
         self._latest = start  # the latest clock read: time never goes backwards in here
         self._store: TimerStore = self._make_store(resolution, slots, levels, start)
+        self._horizon = self._store.horizon  # a clock reading from here on is a failure, not a time
         self._observer = observer
         self._tasks: dict[int, _Task] = {}
         self._last_id = 0
@@ -257,12 +260,20 @@ class Scheduler:
         return f"<{type(self).__name__} pending={len(self._store)} running={self._running}>"
 
     def _now(self) -> float:
-        """The clock, never earlier than its latest read (a clock that steps back stands still)."""
+        """The clock, never earlier than its latest read (a clock that steps back stands still).
+
+        A reading that is not a finite number, or that the store cannot hold (past the wheel's 2**62
+        ticks), raises and leaves the latest read as it was: a clock that glitches once comes back.
+        """
         now = self._clock()
-        if type(now) is float and self._latest <= now < math.inf:  # the common case: a check, two compares
+        if type(now) is float and self._latest <= now < self._horizon:  # the common case: two compares
             self._latest = now
             return now
         now = _clock_value(now)
+        if not now < self._horizon:
+            raise OverflowError(
+                f"the scheduler's clock reads {now!r}, past what its timer store can hold ({self._horizon!r})"
+            )
         if now > self._latest:
             self._latest = now
         return self._latest
@@ -547,9 +558,16 @@ class Scheduler:
             self._finish(run, started_at, None)
 
     def _started(self, run: Run) -> float:
-        """A run's job is about to be called: count it (Stats.executed counts runs started); the time."""
+        """A run's job is about to be called: count it (Stats.executed counts runs started); the time.
+
+        If the clock fails just now, the latest good reading is the start: the run goes on (a driver
+        notices the clock at its next pass).
+        """
         self._executed += 1
-        return self._now()
+        try:
+            return self._now()
+        except Exception:
+            return self._latest
 
     def _finish(
         self,

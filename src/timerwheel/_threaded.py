@@ -6,6 +6,7 @@ backpressure) and reports back; every rule about when and in what order lives in
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -16,10 +17,11 @@ from typing import Any
 from ._core import TimerWheel
 from ._core_py import _seconds
 from ._pool import WorkerPool
-from ._scheduler import Run, Scheduler, report_run
+from ._scheduler import Run, Scheduler, log_safely, report_run
 from ._types import (
     AlreadyRunningError,
     Backpressure,
+    ClockError,
     ClosedError,
     JobEvent,
     Missed,
@@ -30,6 +32,14 @@ from ._types import (
 )
 
 __all__ = ["JobContext", "ThreadedScheduler"]
+
+
+class _ClockFailure(Exception):
+    """The driver could not read its clock: `error` says why."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class JobContext:
@@ -74,7 +84,12 @@ class ThreadedScheduler:
     Lifecycle: new -> running -> closed, never back. Also a context manager (start on enter, close on
     exit). Job errors never stop anything: they are recorded in errors, passed to error_handler(task_id,
     exc), and logged on the "timerwheel" logger (or `logger`). A job that raises a BaseException (such as
-    SystemExit) is treated the same way: a scheduler thread never dies of a job.
+    SystemExit) is treated the same way, and so is anything an observer, an error handler or a logger
+    raises: a scheduler thread never dies. If the clock fails (it raises, returns something that is not
+    a time, or reads past the wheel's range), the driver logs it, counts it (stats().clock_errors),
+    retries with a back-off of 1 ms doubling to 1 s, and runs what is due once the clock answers again;
+    until then schedule() and reschedule() raise ClockError, so that no work is accepted that could not
+    run.
 
     With a ManualClock, the driver sleeps until the clock is moved past the next due: tests need no sleep.
 
@@ -139,6 +154,8 @@ class ThreadedScheduler:
         self._sleep_until = -math.inf  # the due the driver sleeps until; -inf while it is awake
         self._wakeups = 0  # driver loop passes: a test counts them
         self._woken = False  # a wake-up sent and not yet taken by the driver
+        self._fault: BaseException | None = None  # why the driver's last pass failed (the clock), or None
+        self._clock_errors = 0
         self._live: set[JobContext] = set()  # contexts of runs in progress, told when we stop
         self._driver = threading.Thread(target=self._drive, name="timerwheel-driver", daemon=True)
         self._pool = (
@@ -151,13 +168,15 @@ class ThreadedScheduler:
                 inline=self._run,
                 drop=self._drop,
                 on_idle=self._settled.notify_all,
+                on_error=self._internal_error,
             )
             if workers
             else None
         )
 
     def __repr__(self) -> str:
-        return f"<ThreadedScheduler {self._state} pending={len(self._sched._store)}>"
+        fault = f" clock failing: {self._fault!r}" if self._fault is not None else ""
+        return f"<ThreadedScheduler {self._state} pending={len(self._sched._store)}{fault}>"
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -207,9 +226,13 @@ class ThreadedScheduler:
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the driver and worker threads have exited (they do after stop()).
 
-        Called from a job, it does not wait for the thread it runs on.
+        Called on one of the scheduler's own threads (from a job, an observer or an error handler), it
+        returns at once: those threads exit once the callback has returned, and waiting for them there
+        would wait for itself.
         """
-        if self._driver.is_alive() and self._driver is not threading.current_thread():
+        if self._on_own_thread():
+            return
+        if self._driver.is_alive():
             self._driver.join(timeout)
         if self._pool is not None:
             self._pool.join(timeout)
@@ -218,7 +241,8 @@ class ThreadedScheduler:
         """Stop, wait for the driver and the pool, and discard the tasks still pending. Idempotent.
 
         Returns with pending() empty and stats().pending == 0. Closing a scheduler that was never started
-        just marks it closed.
+        just marks it closed. Called from a job, an observer or an error handler, it does not wait for
+        the scheduler's threads (see wait()).
         """
         with self._lock:
             if self._state == "new":
@@ -227,6 +251,10 @@ class ThreadedScheduler:
         self.wait()
         with self._lock:
             self._sched._discard_pending()
+
+    def _on_own_thread(self) -> bool:
+        me = threading.current_thread()
+        return me is self._driver or (self._pool is not None and me in self._pool.threads)
 
     def __enter__(self) -> ThreadedScheduler:
         self.start()
@@ -303,7 +331,7 @@ class ThreadedScheduler:
             if timeout <= 0:
                 raise ValueError(f"timeout must be > 0, got {timeout!r}")
         with self._lock:
-            self._check_running()
+            self._check_running(accepting=True)
             task_id = method(
                 time_arg,
                 fn,
@@ -327,7 +355,7 @@ class ThreadedScheduler:
     def reschedule(self, task_id: int, delay: float) -> bool:
         """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule."""
         with self._lock:
-            self._check_running()
+            self._check_running(accepting=True)
             moved = self._sched.reschedule(task_id, delay)
             self._wake_for(self._sched.next_fire_time(task_id))
             return moved
@@ -345,7 +373,8 @@ class ThreadedScheduler:
     def stats(self) -> Stats:
         """A snapshot of the counters (see Stats)."""
         with self._lock:
-            return self._sched.stats()
+            queued = self._pool.queued if self._pool is not None else 0
+            return dataclasses.replace(self._sched.stats(), queued=queued, clock_errors=self._clock_errors)
 
     @property
     def errors(self) -> list[str]:
@@ -353,29 +382,40 @@ class ThreadedScheduler:
         with self._lock:
             return list(self._sched.errors)
 
-    def _check_running(self) -> None:
+    def _check_running(self, accepting: bool = False) -> None:
         if self._state == "new":
             raise NotStartedError("start() the scheduler before scheduling on it")
         if self._state == "closed":
             raise ClosedError("the scheduler is stopped or closed")
+        if accepting and self._fault is not None:
+            raise ClockError(
+                f"the scheduler cannot read its clock ({self._fault!r}): its driver retries, and work is "
+                "refused until it can, since it would not run"
+            ) from self._fault
 
     # -- the driver -----------------------------------------------------------------------------------
 
     def _drive(self) -> None:
+        backoff = 0.0
         with self._lock:
             while self._state == "running":
                 self._wakeups += 1
                 self._woken = False
-                now = self._clock()
-                for _, ctx in self._deadlines.advance(max(now, self._deadlines.now)):
-                    self._time_out(ctx)
-                self._sched._run_due(now, self._execute)
+                try:
+                    wait, until = self._pass()
+                    self._fault = None
+                    backoff = 0.0
+                except BaseException as exc:  # the driver never dies: it says why, and tries again soon
+                    backoff = min(max(2 * backoff, 0.001), 1.0)
+                    self._failed_pass(exc, backoff)
+                    if self._state == "running":
+                        self._wake.wait(backoff)  # real seconds, whatever the clock says
+                    continue
                 if self._state != "running":
                     break
-                wait = self._next_wait()
                 if wait == 0.0:
                     continue  # something became due meanwhile (a job took time, or was moved to now)
-                self._sleep_until = math.inf if wait is None else self._clock() + wait
+                self._sleep_until = until
                 self._settled.notify_all()
                 if self._manual or wait is None:
                     self._wake.wait()
@@ -384,12 +424,56 @@ class ThreadedScheduler:
                 self._sleep_until = -math.inf
             self._settled.notify_all()
 
+    def _pass(self) -> tuple[float | None, float]:
+        """One pass: time out the runs past their deadline, run what is due. Returns how long to wait
+        (None: until woken) and the clock time that is. _ClockFailure if the clock could not be read, or
+        reads past the wheel's range."""
+        try:
+            now = self._sched._now()
+        except BaseException as exc:
+            raise _ClockFailure(exc) from exc
+        try:
+            for _, ctx in self._deadlines.advance(max(now, self._deadlines.now)):
+                self._time_out(ctx)
+            self._sched._run_due(now, self._execute)
+        except OverflowError as exc:  # only time past the wheel's range overflows here
+            raise _ClockFailure(exc) from exc
+        try:
+            wait = self._next_wait()
+            return wait, math.inf if wait is None else self._sched._now() + wait
+        except BaseException as exc:
+            raise _ClockFailure(exc) from exc
+
+    def _failed_pass(self, exc: BaseException, backoff: float) -> None:
+        if isinstance(exc, _ClockFailure):
+            exc = exc.error
+            self._fault = exc
+            self._clock_errors += 1
+            what = "cannot read its clock"
+        else:
+            what = "failed"
+        self._settled.notify_all()  # whoever waits for the driver: it is not idle, and says why
+        log_safely(
+            self._logger,
+            (),
+            logging.ERROR,
+            "timerwheel: the scheduler's driver %s (%r); retrying in %.3f s",
+            what,
+            exc,
+            backoff,
+            exc_info=exc,
+        )
+
+    def _internal_error(self, exc: BaseException) -> None:
+        """Something a worker ran raised past every guard (a bug of ours): log it; the worker goes on."""
+        log_safely(self._logger, (), logging.ERROR, "timerwheel: a worker failed (%r)", exc, exc_info=exc)
+
     def _next_wait(self) -> float | None:
         """Seconds until the driver has something to do (a due task or a job's deadline); None: nothing."""
         wait = self._sched.next_run_in()
         deadline = self._deadlines.next_due()
         if deadline is not None:
-            until = max(0.0, deadline - self._clock())
+            until = max(0.0, deadline - self._sched._now())
             wait = until if wait is None else min(wait, until)
         return wait
 
@@ -419,7 +503,7 @@ class ThreadedScheduler:
         if self._sched._is_cancelled(run):
             self._sched._forget(run)
         else:
-            self._sched._drop(run, self._clock())
+            self._sched._drop(run, self._sched._latest)
 
     def _run(self, run: Run) -> None:
         """Run one job with the lock released, then report it (called with the lock held)."""
@@ -446,8 +530,8 @@ class ThreadedScheduler:
         except BaseException as exc:  # a scheduler thread never dies of a job
             error = exc
         finally:
-            finished = self._clock()
             self._lock.acquire()
+            finished = self._finished_at(started)
         timed_out = False
         if ctx is not None:
             self._live.discard(ctx)
@@ -466,6 +550,14 @@ class ThreadedScheduler:
             timed_out,
         )
         self._wake_for(self._sched.next_fire_time(task.id))  # a FIXED_DELAY task re-armed just now
+
+    def _finished_at(self, started: float) -> float:
+        """The clock when a run finished; if the clock fails now, the run is still accounted for (the
+        driver will report the clock)."""
+        try:
+            return self._sched._now()
+        except BaseException:
+            return started
 
     def _time_out(self, ctx: JobContext) -> None:
         ctx.timed_out = True
@@ -486,9 +578,9 @@ class ThreadedScheduler:
     def _is_settled(self) -> bool:
         if self._state != "running":
             return not self._driver.is_alive()
-        if self._sleep_until == -math.inf or self._woken:
-            return False  # the driver is awake, working, or about to be
-        if self._pool is not None and (self._pool.queued or self._pool.active):
+        if self._sleep_until == -math.inf or self._woken or self._fault is not None:
+            return False  # the driver is awake, working, backing off, or about to be
+        if self._pool is not None and (self._pool.unclaimed or self._pool.active):
             return False
         wait = self._next_wait()
         return wait is None or wait > 0

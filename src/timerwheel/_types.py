@@ -8,6 +8,7 @@ from dataclasses import dataclass
 __all__ = [
     "AlreadyRunningError",
     "Backpressure",
+    "ClockError",
     "ClosedError",
     "JobEvent",
     "Missed",
@@ -94,12 +95,16 @@ class Stats:
 
     Attributes:
         pending: tasks armed to run (waiting for their due).
-        executed: runs that finished, with or without an error.
+        executed: runs started: counted when the job is called, so a run still going counts.
         cancelled: successful cancel() calls.
-        running: runs started and not yet finished.
+        running: runs in flight: taken when due and not yet finished (waiting for a worker included).
         dropped: fires dropped by backpressure.
         skipped: fires skipped because the previous run was still going (SKIP_IF_RUNNING).
-        failed: runs that raised an Exception (counted in executed too).
+        failed: runs that raised an exception (counted in executed too).
+        queued: runs waiting for a worker (ThreadedScheduler) or a slot (AsyncScheduler's
+            max_concurrency) because every one is busy.
+        clock_errors: times a driver could not read its clock (it raised, or gave a value that is not a
+            time, or one past the wheel's range); the driver logs each and retries.
     """
 
     pending: int = 0
@@ -109,6 +114,8 @@ class Stats:
     dropped: int = 0
     skipped: int = 0
     failed: int = 0
+    queued: int = 0
+    clock_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +142,8 @@ class NotStartedError(TimerWheelError):
 
 class ClosedError(TimerWheelError):
     """An operation on a scheduler that has been stopped or closed."""
+
+
+class ClockError(TimerWheelError):
+    """A driver cannot read its clock (it raises, or reads past the wheel's range): new work is refused
+    until it can, since it would never run. The driver keeps retrying; the cause is chained."""
