@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import logging
 import math
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -24,6 +25,11 @@ from timerwheel import (
     TimerHandle,
 )
 from timerwheel.testing import VirtualTimeLoop
+
+try:
+    import uvloop
+except ImportError:  # not on Windows, nor without the compare extra
+    uvloop = None
 
 
 def run(main: Callable[[], Coroutine[Any, Any, Any]], loop: asyncio.AbstractEventLoop | None = None) -> Any:
@@ -416,20 +422,27 @@ def test_keyboard_interrupt_from_a_plain_job_propagates_and_the_rest_still_run()
         loop.close()
 
 
-def test_an_early_handle_is_treated_as_due_and_never_spins() -> None:
-    """asyncio runs a timer up to its clock resolution early (uvloop: up to a millisecond)."""
+def test_an_early_handle_waits_for_the_rest_and_never_spins() -> None:
+    """Issue 11, item 12: asyncio runs a timer up to its clock resolution early (uvloop rounds to
+    milliseconds: callbacks ran up to 0.5 ms early). Never early: our handle, run early, waits the rest."""
     loop = VirtualTimeLoop()
     loop._clock_resolution = 0.5  # type: ignore[attr-defined]
     events: list[JobEvent] = []
+    seen: list[float] = []
 
     async def main() -> None:
         async with AsyncScheduler(observer=events.append) as sched:
             t0 = loop.time()
-            sched.schedule(2, lambda: None)
+            sched.schedule(2, lambda: seen.append(loop.time() - t0))
+            timer = sched.call_later(2, lambda: seen.append(loop.time() - t0))
             await asyncio.sleep(1.6)  # the loop runs handles due before 1.6 + 0.5: ours, at 2, too
+            assert sched.stats().executed == 0 and not timer.cancelled()
+            await asyncio.sleep(0.5)
             assert sched.stats().executed == 1
-            assert sched._wakes == 1  # type: ignore[attr-defined]
-            assert events[0].scheduled_for == t0 + 2
+            # early; early again (the loop still had a ready callback, so its time stood still); on time:
+            # a bounded wait of one clock resolution, not a spin
+            assert sched._wakes == 3  # type: ignore[attr-defined]
+            assert events[0].scheduled_for == t0 + 2 and events[0].started_at >= t0 + 2
 
     wakes = 0
     original = AsyncScheduler._on_wake
@@ -445,6 +458,39 @@ def test_an_early_handle_is_treated_as_due_and_never_spins() -> None:
         run(main, loop)
     finally:
         AsyncScheduler._on_wake = original  # type: ignore[method-assign]
+    assert seen == [2.0, 2.0]
+
+
+@pytest.mark.skipif(uvloop is None, reason="uvloop is not installed (it is in the compare extra)")
+def test_never_early_on_uvloop() -> None:
+    """On uvloop (real time): every callback and job runs at or after its due by loop.time()."""
+
+    async def main() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        early = 0
+        ran = 0
+        done = asyncio.Event()
+
+        def check(when: list[float]) -> None:
+            nonlocal early, ran
+            early += loop.time() < when[0]
+            ran += 1
+            if ran == 600:
+                done.set()
+
+        async with AsyncScheduler() as sched:
+            for i in range(300):  # dues 1.0 to 4.0 ms out, a tenth of a millisecond apart
+                box: list[float] = []
+                handle = sched.call_later(0.001 + (i % 30) * 0.0001, check, box)
+                box.append(handle.when())
+                job_box: list[float] = []
+                tid = sched.schedule(0.001 + (i % 30) * 0.0001, check, args=(job_box,))
+                job_box.append(sched.next_fire_time(tid) or 0.0)
+            await asyncio.wait_for(done.wait(), 10)
+        return early, ran
+
+    assert uvloop is not None
+    assert uvloop.run(main()) == (0, 600)
 
 
 # -- one loop handle --------------------------------------------------------------------------------------
@@ -801,6 +847,142 @@ def test_reset_from_another_thread_is_refused() -> None:
             assert len(errors) == 1 and handle.when() == when
 
     run(main)
+
+
+def test_every_method_refuses_another_thread_and_changes_nothing() -> None:
+    """Issue 11, item 11: TimerHandle.cancel() from another thread raised nothing and raced the loop."""
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            tid = sched.schedule(10, print)
+            handle = sched.call_later(10, print)
+            async with sched.timeout(30) as cm:
+                calls = {
+                    "schedule": lambda: sched.schedule(1, print),
+                    "schedule_at": lambda: sched.schedule_at(1, print),
+                    "cancel": lambda: sched.cancel(tid),
+                    "reschedule": lambda: sched.reschedule(tid, 5),
+                    "next_fire_time": lambda: sched.next_fire_time(tid),
+                    "pending": sched.pending,
+                    "stats": sched.stats,
+                    "errors": lambda: sched.errors,
+                    "call_later": lambda: sched.call_later(1, print),
+                    "call_at": lambda: sched.call_at(1, print),
+                    "timeout": lambda: sched.timeout(1),
+                    "timeout_at": lambda: sched.timeout_at(1),
+                    "sleep": lambda: sched.sleep(1).send(None),
+                    "start": sched.start,
+                    "handle.cancel": handle.cancel,
+                    "handle.cancelled": handle.cancelled,
+                    "handle.when": handle.when,
+                    "handle.reset": lambda: handle.reset(20.0),
+                    "handle.reschedule": lambda: handle.reschedule(20.0),
+                    "timeout.reschedule": lambda: cm.reschedule(cm.when() + 5),  # type: ignore[operator]
+                    "timeout.when": cm.when,
+                    "timeout.expired": cm.expired,
+                }
+                before = (sched.pending(), handle.when(), handle.cancelled(), cm.when(), sched.stats())
+                refused: dict[str, str] = {}
+
+                def elsewhere() -> None:
+                    for name, call in calls.items():
+                        try:
+                            call()
+                        except RuntimeError as exc:
+                            refused[name] = str(exc)
+
+                await asyncio.get_running_loop().run_in_executor(None, elsewhere)
+                assert sorted(refused) == sorted(calls)
+                assert refused.pop("start") == "the scheduler is already running"
+                assert all("thread" in message for message in refused.values()), refused
+                assert (
+                    sched.pending(),
+                    handle.when(),
+                    handle.cancelled(),
+                    cm.when(),
+                    sched.stats(),
+                ) == before
+
+    run(main)
+
+
+def test_reset_and_reschedule_take_what_call_later_takes() -> None:
+    """Issue 11, item 13: handle.reset(10**400) raised OverflowError on a live handle."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        async with AsyncScheduler() as sched:
+            far = sched.call_later(10**400, ran.append, "far")  # documented: never fires until moved
+            live = sched.call_later(10, ran.append, "live")
+            assert live.reset(10**400) and live.when() == math.inf
+            assert far.reschedule(10**400) and far.when() == math.inf
+            assert live.reset(-(10**400)) and live.when() == -math.inf  # as asyncio: runs at once
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            assert ran == ["live"]
+            async with sched.timeout(10) as cm:
+                cm.reschedule(10**400)
+                await asyncio.sleep(3600)
+                assert not cm.expired()
+                cm.reschedule(loop.time() + 1)
+            assert not far.cancelled() and ran == ["live"]
+
+    run(main)
+
+
+def test_a_failing_loop_clock_backs_off_and_recovers(caplog: Any) -> None:
+    class FlakyLoop(VirtualTimeLoop):
+        fail = 0
+
+        def time(self) -> float:
+            # fails for the scheduler's readings only: asyncio's own would stop the loop itself
+            if self.fail and sys._getframe(1).f_globals["__name__"].startswith("timerwheel"):
+                self.fail -= 1
+                raise OSError("the loop's clock broke")
+            return super().time()
+
+    loop = FlakyLoop()
+    ran: list[float] = []
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            sched.schedule(1, lambda: ran.append(loop.time()))
+            await asyncio.sleep(0.5)
+            loop.fail = 1  # the next reading, our wake's, fails once
+            await asyncio.sleep(1)
+            assert sched.stats().clock_errors == 1 and len(ran) == 1
+
+    with caplog.at_level(logging.ERROR, logger="timerwheel"):
+        run(main, loop)
+    assert "cannot read the loop's clock" in caplog.text
+
+
+def test_an_observer_interrupt_does_not_strand_the_waiting_runs() -> None:
+    raised: list[int] = []
+
+    def observer(event: JobEvent) -> None:
+        if not raised:
+            raised.append(event.task_id)
+            raise KeyboardInterrupt
+
+    loop = VirtualTimeLoop()
+    done: list[int] = []
+
+    async def job(i: int) -> None:
+        await asyncio.sleep(1)
+        done.append(i)
+
+    sched = AsyncScheduler(loop=loop, max_concurrency=1, observer=observer)
+    sched.start()
+    for i in range(3):
+        sched.schedule(0, job, args=(i,))
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(asyncio.sleep(10))  # the first job's finish: the observer raises through
+    loop.run_until_complete(asyncio.sleep(5))  # the loop goes on: the next waiting run started regardless
+    assert done == [0, 1, 2]
+    loop.run_until_complete(sched.close())
+    loop.close()
 
 
 # -- regressions found in review ------------------------------------------------------------------------

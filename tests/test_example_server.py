@@ -66,7 +66,10 @@ async def _scenario(timers: str) -> dict[str, float]:
         await asyncio.sleep(0.05)
         assert server.stats["idle_closed"] == 3 and server.stats["open"] == 0
         assert server.stats["messages"] == 21
-        assert len(server.lateness) == 3 and min(server.lateness) >= 0
+        # Never early. The wheel's timers promise it exactly; uvloop runs asyncio's own timers up to a
+        # rounding of loop.time() early (seen: -2.8e-14 s), which is not this example's to fix.
+        assert len(server.lateness) == 3
+        assert min(server.lateness) >= (0.0 if timers == "wheel" else -1e-9)
     finally:
         await server.stop()
     return seen

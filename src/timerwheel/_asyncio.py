@@ -9,6 +9,7 @@ nothing due and is armed again at the true next due. Moving one earlier re-arms 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import math
@@ -22,7 +23,7 @@ from threading import get_ident
 from typing import Any
 
 from ._core import TimerWheel
-from ._scheduler import Run, Scheduler, report_run
+from ._scheduler import Run, Scheduler, log_safely, report_run
 from ._types import (
     AlreadyRunningError,
     Backpressure,
@@ -81,11 +82,19 @@ class TimerHandle:
         return f"<TimerHandle {state} when={self._when!r} callback={self._callback!r}>"
 
     def when(self) -> float:
-        """The loop time it is due at."""
+        """The loop time it is due at. RuntimeError from another thread while the loop runs."""
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
         return self._when
 
     def cancel(self) -> None:
-        """Cancel it: the callback will not run. Does nothing once it ran."""
+        """Cancel it: the callback will not run. Does nothing once it ran.
+
+        Raises:
+            RuntimeError: called from another thread while the loop runs (use loop.call_soon_threadsafe).
+        """
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
         if self._state == _PENDING:
             self._state = _CANCELLED
             self._discard()
@@ -93,7 +102,9 @@ class TimerHandle:
                 self._sched._disarm_if_idle()
 
     def cancelled(self) -> bool:
-        """Whether cancel() was called before it ran."""
+        """Whether cancel() was called before it ran. RuntimeError from another thread while the loop runs."""
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
         return self._state == _CANCELLED
 
     def reset(self, delay: float) -> bool:
@@ -108,11 +119,7 @@ class TimerHandle:
         """
         sched = self._sched
         timer_id = self._id
-        if (
-            timer_id is not None
-            and (type(delay) is float or type(delay) is int)
-            and get_ident() == sched._thread
-        ):
+        if timer_id is not None and type(delay) is float and get_ident() == sched._thread:
             due = sched._time() + delay
             try:
                 moved = self._timers.reschedule_at(timer_id, due)
@@ -123,16 +130,16 @@ class TimerHandle:
                 if due < sched._armed:
                     sched._arm(due)
                 return True
+        sched._check_thread()
         if self._state != _PENDING:
             return False
-        sched._check_thread()
-        return self._move(sched._time() + _number(delay, "delay"), "delay")
+        return self._move(_plus(sched._time(), _number(delay, "delay")), "delay")
 
     def reschedule(self, when: float) -> bool:
         """Move it to the loop time `when`, O(1). Returns and raises as reset()."""
+        self._sched._check_thread()
         if self._state != _PENDING:
             return False
-        self._sched._check_thread()
         return self._move(_number(when, "when"), "when")
 
     def _move(self, when: float, name: str) -> bool:
@@ -185,6 +192,14 @@ class TimerHandle:
 _PENDING, _DONE, _CANCELLED = 0, 1, 2
 
 
+def _plus(now: float, delay: float) -> float:
+    """now + delay, where a delay beyond the floats is infinitely far (as call_later takes it)."""
+    try:
+        return now + delay
+    except OverflowError:
+        return math.inf if delay > 0 else -math.inf
+
+
 def _number(value: Any, name: str) -> float:
     """`value` as a float (infinities and NaN included; ints beyond the floats become infinities), or a
     TypeError that names `name`."""
@@ -217,8 +232,24 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
         super().__init__(when)
         self._sched = sched
 
+    def when(self) -> float | None:
+        """The deadline, as asyncio's. RuntimeError from another thread while the loop runs."""
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
+        return super().when()
+
+    def expired(self) -> bool:
+        """Whether it expired, as asyncio's. RuntimeError from another thread while the loop runs."""
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
+        return super().expired()
+
     def reschedule(self, when: float | None) -> None:
-        """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout)."""
+        """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout).
+
+        Raises:
+            RuntimeError: called from another thread while the loop runs.
+        """
         handle = self._timeout_handler
         if (
             type(handle) is TimerHandle
@@ -240,6 +271,8 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                     if when < sched._armed:
                         sched._arm(when)
                     return
+        if get_ident() != self._sched._thread:
+            self._sched._check_thread()
         self._reschedule(when)
 
     def _reschedule(self, when: float | None) -> None:
@@ -385,6 +418,8 @@ class AsyncScheduler:
         self._waiting: deque[Run] = deque()  # due coroutine jobs waiting for a slot (Backpressure.BLOCK)
         self._waiting_by_task: dict[int, Run] = {}  # the one waiting run of each task; not here: cancelled
         self._jobs: dict[asyncio.Future[Any], tuple[Run, float]] = {}  # running job task -> (run, started)
+        self._clock_errors = 0
+        self._backoff = 0.0  # after a failed clock reading: seconds until we look again
         self._loop: asyncio.AbstractEventLoop
         self._sched: Scheduler
         self._timers: TimerWheel
@@ -589,20 +624,39 @@ class AsyncScheduler:
 
     def next_fire_time(self, task_id: int) -> float | None:
         """The loop time of a task's next run, or None if it is not armed."""
-        return self._sched.next_fire_time(task_id) if hasattr(self, "_sched") else None
+        if not hasattr(self, "_sched"):
+            return None
+        if get_ident() != self._thread:
+            self._check_thread()
+        return self._sched.next_fire_time(task_id)
 
     def pending(self) -> list[TimerInfo]:
         """Every armed task, sorted by next fire time, then id."""
-        return self._sched.pending() if hasattr(self, "_sched") else []
+        if not hasattr(self, "_sched"):
+            return []
+        if get_ident() != self._thread:
+            self._check_thread()
+        return self._sched.pending()
 
     def stats(self) -> Stats:
-        """A snapshot of the counters (see Stats); `running` counts coroutine jobs running or waiting."""
-        return self._sched.stats() if hasattr(self, "_sched") else Stats()
+        """A snapshot of the counters (see Stats); `running` counts coroutine jobs running or waiting for a
+        slot, `queued` those waiting."""
+        if not hasattr(self, "_sched"):
+            return Stats()
+        if get_ident() != self._thread:
+            self._check_thread()
+        return dataclasses.replace(
+            self._sched.stats(), queued=len(self._waiting_by_task), clock_errors=self._clock_errors
+        )
 
     @property
     def errors(self) -> list[str]:
         """Messages "task <id>: <message>" of failed runs, oldest first (a copy; the most recent 1000)."""
-        return list(self._sched.errors) if hasattr(self, "_sched") else []
+        if not hasattr(self, "_sched"):
+            return []
+        if get_ident() != self._thread:
+            self._check_thread()
+        return list(self._sched.errors)
 
     # -- timeouts and sleep -----------------------------------------------------------------------------
 
@@ -652,6 +706,8 @@ class AsyncScheduler:
     def _timeout_loop(self) -> asyncio.AbstractEventLoop:
         if self._state == "new":
             raise NotStartedError("start() the scheduler before using its timeouts")
+        if get_ident() != self._thread:
+            self._check_thread()
         return self._loop
 
     def call_later(
@@ -753,9 +809,17 @@ class AsyncScheduler:
         self._handle = None
         self._thread = get_ident()
         armed, self._armed = self._armed, math.inf
-        # asyncio runs a handle up to its clock resolution early (uvloop: up to a millisecond); what the
-        # loop ran is due, so time is at least the due it was armed at.
-        now = max(self._time(), armed)
+        try:
+            now = self._sched._now()
+        except Exception as exc:  # a loop whose time() fails: say so, and look again after a back-off
+            self._clock_failed(exc)
+            return
+        self._backoff = 0.0
+        if now < armed:
+            # Early by the loop's own clock (uvloop rounds its timers to milliseconds; asyncio may run a
+            # handle one clock resolution early): nothing is due yet. Never early: wait the rest.
+            self._arm(armed)
+            return
         self._dispatching = True
         try:
             self._run_timers(now)
@@ -769,6 +833,22 @@ class AsyncScheduler:
                     due = deadline
                 if due is not None:
                     self._arm(due)
+
+    def _clock_failed(self, exc: Exception) -> None:
+        self._clock_errors += 1
+        self._backoff = min(max(2 * self._backoff, 0.001), 1.0)
+        log_safely(
+            self._logger,
+            _PROPAGATE,
+            logging.ERROR,
+            "timerwheel: the AsyncScheduler cannot read the loop's clock (%r); retrying in %.3f s",
+            exc,
+            self._backoff,
+            exc_info=exc,
+        )
+        if self._state == "running":
+            self._handle = self._loop.call_later(self._backoff, self._on_wake)
+            self._armed = -math.inf  # armed for a retry: anything due re-arms nothing before it
 
     def _run_timers(self, now: float) -> None:
         """Run the timers due at `now`, in due order; a timer that an earlier callback of the same batch
@@ -839,7 +919,12 @@ class AsyncScheduler:
             error: BaseException | None = None if self._state == "closed" else asyncio.CancelledError()
         else:
             error = job.exception()
-        self._finished(run, started, error)
+        try:
+            self._finished(run, started, error)
+        finally:  # even when an observer's KeyboardInterrupt goes through: the waiting runs start
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
         while self._waiting and self._active < (self._limit or 0) and self._state == "running":
             waiting = self._waiting.popleft()
             if self._waiting_by_task.get(waiting.task.id) is not waiting:

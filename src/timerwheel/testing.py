@@ -107,6 +107,7 @@ class _VirtualSelector(selectors.DefaultSelector):
     def __init__(self, start: float) -> None:
         super().__init__()
         self.now = start
+        self.next_timer: Callable[[], float | None] = lambda: None  # the loop's earliest timer, if any
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
@@ -115,7 +116,13 @@ class _VirtualSelector(selectors.DefaultSelector):
         if timeout is None:  # no timer at all: wait for real I/O, as a real loop would
             result: list[tuple[selectors.SelectorKey, int]] = super().select(None)
             return result
-        self.now += timeout  # nothing to do before the next timer: be there now
+        # Nothing to do before the next timer: be there now, exactly (now + (when - now) may fall an ulp
+        # short of when, and a timer must never look early).
+        stop = self.now + timeout
+        target = self.next_timer()
+        if target is not None and stop < target <= math.nextafter(stop, math.inf) + 1e-12 * abs(stop):
+            stop = target
+        self.now = stop
         return []
 
 
@@ -146,6 +153,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
             raise
         self._virtual = _VirtualSelector(start)
         super().__init__(self._virtual)
+        self._virtual.next_timer = self._next_timer
+
+    def _next_timer(self) -> float | None:
+        scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's heap of TimerHandles
+        return scheduled[0].when() if scheduled else None
 
     def time(self) -> float:
         """The virtual time, in seconds: it moves only when the loop would otherwise sleep."""
