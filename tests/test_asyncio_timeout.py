@@ -537,7 +537,7 @@ def _transcript(
         except BaseException as exc:  # a scenario that lets something out: that is part of the transcript
             log.error("escaped", exc)
         if sched is not None:
-            log("our timers left", len(sched._timers))
+            log("our timers left", sched._engine.timers)
             await sched.close()
         return log.entries
 
@@ -615,7 +615,7 @@ def test_nan_deadline_is_refused_and_changes_nothing() -> None:
                     cm.reschedule(math.nan)
                 assert cm.when() == when
                 assert cm._timeout_handler is handle
-                assert handle._id is not None
+                assert handle.id is not None
             with pytest.raises(ValueError, match="when"):
                 async with sched.timeout_at(math.nan):
                     pass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+from decimal import Decimal
 from fractions import Fraction
 from types import ModuleType
 from typing import Any
@@ -165,8 +166,21 @@ def test_accepts_ints_and_real_numbers(core: ModuleType) -> None:
     w = make(core)
     a = w.add(1, "int")
     b = w.add(Fraction(1, 2), "fraction")
-    c = w.add_at(True, "bool")
-    assert (w.due(a), w.due(b), w.due(c)) == (1.0, 0.5, 1.0)
+    c = w.add_at(Decimal("1.25"), "decimal")
+    assert (w.due(a), w.due(b), w.due(c)) == (1.0, 0.5, 1.25)
+
+
+def test_bools_are_refused_as_times_and_ids(core: ModuleType) -> None:
+    """One policy everywhere: a bool is not a number of seconds, nor an id (True is almost always a slip)."""
+    w = make(core)
+    tid = w.add(1.0, "x")
+    with pytest.raises(TypeError, match="due must be a real number, not bool"):
+        w.add_at(True, "bool")
+    with pytest.raises(TypeError, match="delay must be a real number, not bool"):
+        w.add(False, "bool")
+    with pytest.raises(TypeError, match="timer_id must be an int, not bool"):
+        w.cancel(True)
+    assert len(w) == 1 and w.due(tid) == 1.0
 
 
 # -- cancel ------------------------------------------------------------------------------------------

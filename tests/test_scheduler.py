@@ -21,12 +21,20 @@ from .conftest import BACKENDS
 MakeSched = Callable[..., Scheduler]
 
 
-def _wheel_scheduler(core: Any) -> type[Scheduler]:
-    class BackendScheduler(Scheduler):
-        def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> Any:
-            return core.TimerWheel(resolution, slots=slots, levels=levels, start=start)
+def _wheel_scheduler(core: Any) -> MakeSched:
+    """Scheduler(clock, store=<that backend's TimerWheel>): the engine on one core backend."""
 
-    return BackendScheduler
+    def make(clock: Any, **kwargs: Any) -> Scheduler:
+        geometry = {k: kwargs.pop(k) for k in ("resolution", "slots", "levels") if k in kwargs}
+        wheel = core.TimerWheel(
+            geometry.get("resolution", 0.001),
+            slots=geometry.get("slots", 64),
+            levels=geometry.get("levels", 4),
+            start=clock(),
+        )
+        return Scheduler(clock, store=wheel, **kwargs)
+
+    return make
 
 
 @pytest.fixture(params=["cython", "python", "heap"])
@@ -409,22 +417,35 @@ def test_rule8_bad_input_schedules_nothing(
 
 
 class HoldingExecutor:
-    """An executor that starts runs but finishes them only when told: runs overlap, as under a driver."""
+    """A driver that starts runs but finishes them only when told: runs overlap, as under a driver."""
 
     def __init__(self, sched: Scheduler, clock: ManualClock) -> None:
         self.sched, self.clock = sched, clock
         self.open: list[Run] = []
 
-    def __call__(self, run: Run) -> None:
-        self.sched._started(run)
+    def execute(self, run: Run) -> None:
+        run.start()
         self.open.append(run)
 
+    def wake(self, due: float) -> None:
+        pass
+
+    def timed_out(self, run: Run) -> None:
+        pass
+
     def run_due(self) -> int:
-        return self.sched._run_due(self.clock(), self)
+        return self.sched.drain(self.clock(), self)
 
     def finish_all(self, error: BaseException | None = None) -> None:
         while self.open:
-            self.sched._finish(self.open.pop(0), self.clock(), error)
+            self.open.pop(0).finish(error)
+
+
+class Dropping(HoldingExecutor):
+    """A driver that drops every run (backpressure)."""
+
+    def execute(self, run: Run) -> None:
+        run.drop()
 
 
 def test_fixed_rate_runs_may_overlap(make: MakeSched, clock: ManualClock) -> None:
@@ -484,7 +505,7 @@ def test_drop_keeps_repeating_task_armed(make: MakeSched, clock: ManualClock) ->
     delay = s.schedule(1, print, 1.0, mode=RepeatMode.FIXED_DELAY)
     one = s.schedule(1, print)
     clock.advance(1)
-    assert s._run_due(clock(), lambda run: s._drop(run, clock())) == 3
+    assert s.drain(clock(), Dropping(s, clock)) == 3
     assert s.stats() == Stats(pending=2, dropped=3)
     assert s.next_fire_time(rate) == 102.0 and s.next_fire_time(delay) == 102.0
     assert s.next_fire_time(one) is None
@@ -630,7 +651,7 @@ def test_a_clock_past_the_stores_range_is_a_failed_reading(make: MakeSched) -> N
     now = [10.0]
     s = make(lambda: now[0])
     s.schedule(1, print)
-    if math.isinf(s._store.horizon):
+    if math.isinf(s.store.horizon):
         return  # the heap holds any finite time
     now[0] = 1e300  # once: past 2**62 ticks of the wheel
     with pytest.raises(
@@ -655,7 +676,7 @@ def test_a_bad_clock_reading_is_named(make: MakeSched, reading: Any) -> None:
 
 
 def test_constructor_validation(clock: ManualClock) -> None:
-    with pytest.raises(TypeError, match="clock must be callable"):
+    with pytest.raises(TypeError, match="clock must be a Clock or a callable returning seconds, not float"):
         Scheduler(1.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="observer must be callable"):
         Scheduler(clock, observer=1)  # type: ignore[arg-type]
@@ -779,13 +800,14 @@ def test_rule2_a_driver_rearms_when_it_takes_the_run(make: MakeSched, clock: Man
     s = make(clock)
     seen: list[float | None] = []
 
-    def executor(run: Run) -> None:  # a driver handing the run over: the re-arm comes after this returns
-        seen.append(s.next_fire_time(run.task_id))
-        s._started(run)
+    class HandsOver(HoldingExecutor):  # a driver handing the run over: the re-arm comes after this
+        def execute(self, run: Run) -> None:
+            seen.append(s.next_fire_time(run.task_id))
+            run.start()
 
     tid = s.schedule(1, print, 1.0)
     clock.advance(1)
-    assert s._run_due(clock(), executor) == 1
+    assert s.drain(clock(), HandsOver(s, clock)) == 1
     assert seen == [None] and s.next_fire_time(tid) == 102.0
     assert s.stats().running == 1 and s.stats().executed == 1
 
@@ -805,7 +827,7 @@ def test_a_dropped_run_is_not_executed(make: MakeSched, clock: ManualClock) -> N
     s = make(clock)
     s.schedule(1, print)
     clock.advance(1)
-    s._run_due(clock(), lambda run: s._drop(run, clock()))
+    s.drain(clock(), Dropping(s, clock))
     assert s.stats().executed == 0 and s.stats().dropped == 1
 
 

@@ -28,7 +28,8 @@ def test_advance_and_set() -> None:
         (lambda c: c.advance(math.nan), ValueError, "seconds must be finite"),
         (lambda c: c.set(9.0), ValueError, "t must not be earlier than the current time 10.0"),
         (lambda c: c.set(math.inf), ValueError, "t must be finite"),
-        (lambda c: c.advance("1"), TypeError, "seconds must be a number"),
+        (lambda c: c.advance("1"), TypeError, "seconds must be a real number, not str"),
+        (lambda c: c.advance(True), TypeError, "seconds must be a real number, not bool"),
     ],
 )
 def test_never_backwards(call: object, exc: type[Exception], message: str) -> None:

@@ -31,7 +31,7 @@ from timerwheel import (
     ThreadedScheduler,
     TimerWheelError,
 )
-from timerwheel.testing import ManualClock
+from timerwheel.testing import ManualClock, wait_until_idle
 
 GENEROUS = 10.0  # seconds a blocked test thread may wait on an Event before the test fails instead of hanging
 
@@ -148,30 +148,43 @@ def test_fires_on_time_from_any_thread(make: Any, clock: ManualClock) -> None:
     t.join()
     assert s.next_fire_time(ids[0]) == 52.0  # answers as soon as schedule() returned
     clock.advance(1.999)
-    s._settle()
+    wait_until_idle(s)
     assert ran == []
     clock.advance(0.001)
-    s._settle()
+    wait_until_idle(s)
     assert ran == [("x", 52.0)]
+
+
+def count_passes(s: ThreadedScheduler) -> list[int]:
+    """Count the driver's passes (each wake-up is one), from now on."""
+    passes = [0]
+    original = s._pass
+
+    def counting() -> Any:
+        passes[0] += 1
+        return original()
+
+    s._pass = counting  # type: ignore[method-assign]
+    return passes
 
 
 def test_no_polling_while_idle(make: Any, clock: ManualClock) -> None:
     """With nothing due for an hour the driver does not wake; an earlier new task wakes it once."""
     s = make()
     s.schedule(3600, print)
-    s._settle()
-    before = s._wakeups
+    wait_until_idle(s)
+    passes = count_passes(s)
     for _ in range(100):
         clock.advance(1.0)  # the clock moves, nothing is due: no wake-up
-    s._settle()
-    assert s._wakeups == before
+    wait_until_idle(s)
+    assert passes == [0]
     ran: list[float] = []
     s.schedule(5, lambda: ran.append(clock()))  # sooner than the hour: the driver re-arms its wait
-    s._settle()
-    assert s._wakeups == before + 1
+    wait_until_idle(s)
+    assert passes == [1]
     clock.advance(5)
-    s._settle()
-    assert ran == [155.0] and s._wakeups == before + 2
+    wait_until_idle(s)
+    assert ran == [155.0] and passes == [2]
 
 
 def test_stall_catches_up_in_one_pass(make: Any, clock: ManualClock, events: list[JobEvent]) -> None:
@@ -180,7 +193,7 @@ def test_stall_catches_up_in_one_pass(make: Any, clock: ManualClock, events: lis
     s.schedule(1, ran.append, args=("once",))
     rec = s.schedule(1, ran.append, 1.0, args=("every",))  # Missed.SKIP by default here
     clock.set(60.5)  # a 9.5 s stall
-    s._settle()
+    wait_until_idle(s)
     assert sorted(ran) == ["every", "once"]
     assert s.next_fire_time(rec) == 61.0  # the grid is kept, missed periods skipped
     assert sorted(e.lateness for e in events) == [9.5, 9.5]
@@ -191,7 +204,7 @@ def test_missed_default_can_be_overridden(make: Any, clock: ManualClock) -> None
     rec = s.schedule(1, print, 1.0)
     other = s.schedule(1, print, 1.0, missed=Missed.SKIP)
     clock.set(60.5)
-    s._settle()
+    wait_until_idle(s)
     assert s.next_fire_time(rec) == 61.5 and s.next_fire_time(other) == 61.0
 
 
@@ -203,10 +216,10 @@ def test_cancel_and_reschedule(make: Any, clock: ManualClock) -> None:
     assert s.cancel(a) and not s.cancel(a)
     assert s.reschedule(b, 10)
     clock.advance(5)
-    s._settle()
+    wait_until_idle(s)
     assert ran == []
     clock.advance(5)
-    s._settle()
+    wait_until_idle(s)
     assert ran == ["b"]
 
 
@@ -242,7 +255,7 @@ def test_fixed_rate_runs_overlap_on_workers(make: Any, clock: ManualClock) -> No
         gate.wait_started(1)
     assert s.stats().running == 3
     gate.release.set()
-    s._settle()
+    wait_until_idle(s)
     assert s.stats().running == 0 and s.stats().executed == 3
     assert all(name.startswith("timerwheel-worker-") for name in gate.threads)
 
@@ -256,7 +269,7 @@ def test_fixed_delay_never_overlaps(make: Any, clock: ManualClock) -> None:
     clock.advance(5)
     assert s.stats().running == 1 and s.next_fire_time(tid) is None
     gate.release.set()
-    s._settle()
+    wait_until_idle(s)
     assert s.next_fire_time(tid) == 57.0  # finished at 56, + interval
 
 
@@ -271,16 +284,16 @@ def test_skip_if_running_skips_and_counts(make: Any, clock: ManualClock, events:
     assert s.stats().skipped == 1 and s.stats().running == 1
     assert [e.skipped for e in events] == [True]
     gate.release.set()
-    s._settle()
+    wait_until_idle(s)
 
 
 def _settle_while_blocked(s: ThreadedScheduler) -> None:
     """Wait for the driver to go back to sleep (a job may still be running on a worker)."""
     end = time.monotonic() + GENEROUS
     with s._lock:
-        while s._sleep_until == float("-inf") or s._next_wait() == 0.0:
+        while s._sleep_until == float("-inf") or not (s._engine.next_due() or math.inf) > s._clock():
             assert time.monotonic() < end, "driver did not go back to sleep"
-            s._settled.wait(0.05)
+            s._idle_changed.wait(0.05)
 
 
 @pytest.mark.parametrize("policy", list(Backpressure))
@@ -304,17 +317,17 @@ def test_backpressure(make: Any, clock: ManualClock, events: list[JobEvent], pol
         assert s.stats().dropped == 2 and sum(e.dropped for e in events) == 2
         assert s.next_fire_time(rec) == 62.0
         gate.release.set()
-        s._settle()
+        wait_until_idle(s)
         assert where == ["timerwheel-worker-0"] and s.stats().executed == 2
     elif policy is Backpressure.RUN_INLINE:
         _settle_while_blocked(s)
         assert where == ["timerwheel-driver", "timerwheel-driver"]
         gate.release.set()
-        s._settle()
+        wait_until_idle(s)
         assert where[2:] == ["timerwheel-worker-0"] and s.stats().dropped == 0
     else:  # BLOCK: the driver waits for room; everything runs in the end, on the worker
         gate.release.set()
-        s._settle()
+        wait_until_idle(s)
         assert where == ["timerwheel-worker-0"] * 3 and s.stats().dropped == 0
     assert s.stats().executed == 4 - s.stats().dropped
 
@@ -347,7 +360,7 @@ def test_cancel_true_means_never_starts_again(make: Any, clock: ManualClock) -> 
     _settle_while_blocked(s)  # rec's run is queued behind the gate
     assert s.cancel(rec)
     gate.release.set()
-    s._settle()
+    wait_until_idle(s)
     assert ran == [] and s.stats().running == 0
 
 
@@ -370,7 +383,7 @@ def test_context_and_timeout(make: Any, clock: ManualClock, events: list[JobEven
         _settle_while_blocked(s)
         assert s.stats().running == 1  # 1.5 s in: not yet timed out
         clock.advance(0.5)
-        s._settle()
+        wait_until_idle(s)
     assert seen == [(tid, 51.0, False)]
     assert events[-1].timed_out and events[-1].task_id == tid
     assert "past its timeout" in caplog.text
@@ -409,13 +422,13 @@ def test_errors_never_stop_anything(make: Any, clock: ManualClock, caplog: Any) 
     s.schedule(1, ran.append, args=("ok",))
     with caplog.at_level(logging.ERROR, logger="timerwheel"):
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
     assert ran == ["ok"]
     assert sorted(handled) == [(a, "ValueError"), (b, "SystemExit")]
     assert f"task {a}: boom" in s.errors
     assert s.next_fire_time(a) == 52.0  # still re-armed
     clock.advance(1)
-    s._settle()
+    wait_until_idle(s)
     assert s.stats().failed == 3  # the workers survived SystemExit
 
 
@@ -427,7 +440,7 @@ def test_error_handler_that_raises_is_logged(make: Any, clock: ManualClock, capl
     s.schedule(1, lambda: 1 / 0)
     with caplog.at_level(logging.ERROR, logger="timerwheel"):
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
     assert "error_handler raised" in caplog.text
     assert s.stats().failed == 1
 
@@ -437,7 +450,7 @@ def test_slow_repeating_job_warns(make: Any, clock: ManualClock, caplog: Any) ->
     s.schedule(1, lambda: clock.advance(0.6), 1.0, mode=RepeatMode.FIXED_DELAY)
     with caplog.at_level(logging.WARNING, logger="timerwheel"):
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
     assert "more than half its interval" in caplog.text
 
 
@@ -447,7 +460,7 @@ def test_own_logger(clock: ManualClock, caplog: Any) -> None:
         s.schedule(1, lambda: 1 / 0)
         with caplog.at_level(logging.ERROR, logger="my.app.timers"):
             clock.advance(1)
-            s._settle()
+            wait_until_idle(s)
     assert any(r.name == "my.app.timers" for r in caplog.records)
 
 
@@ -467,7 +480,7 @@ def _settled_until(s: ThreadedScheduler, predicate: Any) -> None:
     with s._lock:
         while not predicate():
             assert time.monotonic() < end, "condition not reached"
-            s._settled.wait(0.05)
+            s._idle_changed.wait(0.05)
 
 
 def _threads_of(s: ThreadedScheduler) -> list[threading.Thread]:
@@ -495,7 +508,7 @@ def test_close_or_stop_from_a_callback(clock: ManualClock, workers: int, where: 
     for thread in _threads_of(s):
         thread.join(GENEROUS)
         assert not thread.is_alive(), f"{thread.name} is stuck"
-    assert called and s._state == "closed"
+    assert called and "closed" in repr(s)
     s.close()  # from the test's thread: waits (nothing left to wait for) and discards
     assert s.stats().pending == 0 and s.pending() == []
 
@@ -525,7 +538,7 @@ def test_callbacks_that_raise_base_exceptions_never_kill_a_thread(
         for _ in range(3):
             s.schedule(1, lambda: 1 / 0)
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
         assert all(t.is_alive() for t in _threads_of(s))
         if workers:  # the pool did not shrink: both workers take a run at once
             s.schedule(1, gate.job)
@@ -535,7 +548,7 @@ def test_callbacks_that_raise_base_exceptions_never_kill_a_thread(
             gate.release.set()
         s.schedule(1, print, args=("still running",))
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
         assert s.stats().failed == 3 and s.stats().executed == 4 + 2 * bool(workers)
     assert "the observer raised" in caplog.text and "the error_handler raised" in caplog.text
 
@@ -551,10 +564,10 @@ def test_a_logger_that_raises_never_kills_a_thread(clock: ManualClock, capsys: A
     with ThreadedScheduler(clock=clock, workers=1, logger=mine) as s:
         s.schedule(1, lambda: 1 / 0)
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
         s.schedule(1, print, args=("after",))
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
         assert s.stats().executed == 2 and all(t.is_alive() for t in _threads_of(s))
     assert "the logger raised Boom('the handler broke')" in capsys.readouterr().err
 
@@ -582,15 +595,15 @@ def test_one_bad_clock_reading_does_not_stop_the_driver(bad: Any, caplog: Any) -
     ran: list[float] = []
     with caplog.at_level(logging.ERROR, logger="timerwheel"), ThreadedScheduler(clock=clock, workers=1) as s:
         s.schedule(1, lambda: ran.append(clock()))
-        s._settle()
+        wait_until_idle(s)
         clock.bad.append(bad)
         clock.advance(1)  # wakes the driver, whose next reading fails; it retries and goes on
-        s._settle()
+        wait_until_idle(s)
         assert ran == [51.0] and s._driver.is_alive()
         assert s.stats().clock_errors == 1
         s.schedule(1, lambda: ran.append(clock()))
         clock.advance(1)
-        s._settle()
+        wait_until_idle(s)
         assert ran == [51.0, 52.0]
     assert "cannot read its clock" in caplog.text
 
@@ -628,10 +641,11 @@ def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backp
 
     for _ in range(20):
         s.schedule(1, job)
+    wait_until_idle(s)  # the 4 workers wait for work
     clock.advance(1)
     gate.wait_started(4)  # 4 start at once, on the 4 workers
     if policy is Backpressure.BLOCK:
-        _settled_until(s, lambda: s._pool.queued == 1)
+        _settled_until(s, lambda: s.stats().queued == 1)
         assert s.stats().executed == 4 and s.stats().queued == 1  # the driver waits for room
     else:
         _settle_while_blocked(s)
@@ -642,7 +656,7 @@ def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backp
         else:
             assert (stats.executed, stats.dropped, len(inline)) == (4 + 15, 0, 15)
     gate.release.set()
-    s._settle()
+    wait_until_idle(s)
     stats = s.stats()
     assert stats.executed + stats.dropped == 20 and stats.queued == 0
     assert stats.dropped == (15 if policy is Backpressure.DROP else 0)

@@ -8,10 +8,11 @@ comparisons. timerwheel.testing has ManualClock and VirtualTimeLoop for tests.
 
 from typing import TYPE_CHECKING, Any
 
+from ._clock import Clock
 from ._core import BACKEND, TimerWheel
 from ._heap import HeapScheduler
-from ._scheduler import Scheduler
-from ._threaded import JobContext, ThreadedScheduler
+from ._scheduler import JobContext, Scheduler
+from ._threaded import ThreadedScheduler
 from ._types import (
     AlreadyRunningError,
     Backpressure,
@@ -21,6 +22,7 @@ from ._types import (
     Missed,
     NotStartedError,
     RepeatMode,
+    RunOptions,
     Stats,
     TimerInfo,
     TimerWheelError,
@@ -49,6 +51,7 @@ __all__ = [
     "AlreadyRunningError",
     "AsyncScheduler",
     "Backpressure",
+    "Clock",
     "ClockError",
     "ClosedError",
     "HeapScheduler",
@@ -57,6 +60,7 @@ __all__ = [
     "Missed",
     "NotStartedError",
     "RepeatMode",
+    "RunOptions",
     "Scheduler",
     "Stats",
     "ThreadedScheduler",

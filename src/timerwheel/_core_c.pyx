@@ -15,7 +15,7 @@ finalizer run then finds the wheel whole and the fired ids stale. advance() cann
 
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_FromLongLong
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
@@ -23,6 +23,9 @@ from libc.stdlib cimport qsort
 from libc.string cimport memset
 
 import math
+
+from timerwheel._validate import identifier as _py_identifier
+from timerwheel._validate import seconds as _py_seconds
 
 cdef extern from *:
     """
@@ -106,12 +109,7 @@ cpdef inline int64_t rounds_for(int64_t elapsed, int64_t tick, int span_bits) no
 
 
 cdef double _seconds_slow(object value, str name) except? -1.0:
-    if isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__float__"):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    try:
-        return float(value)
-    except OverflowError:
-        raise OverflowError(f"{name} is too large to be a number of seconds: {value!r}") from None
+    return _py_seconds(value, name)   # the one rule and message of _validate.py
 
 
 cdef inline double _seconds(object value, str name) except? -1.0:
@@ -119,16 +117,15 @@ cdef inline double _seconds(object value, str name) except? -1.0:
     cdef double v
     if PyFloat_CheckExact(value):
         v = PyFloat_AS_DOUBLE(value)
-    else:
-        v = _seconds_slow(value, name)
-    if not isfinite(v):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return v
+        if not isfinite(v):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return v
+    return _seconds_slow(value, name)
 
 
 cdef inline int _check_id(object timer_id) except -1:
-    if not PyLong_Check(timer_id):
-        raise TypeError(f"timer_id must be an int, not {type(timer_id).__name__}")
+    if not PyLong_CheckExact(timer_id):
+        _py_identifier(timer_id, "timer_id")   # TypeError for anything but an int (a bool included)
     return 0
 
 

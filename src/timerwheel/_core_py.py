@@ -31,6 +31,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ._validate import identifier
+from ._validate import seconds as _seconds
+
 __all__ = [
     "MAX_LEVELS",
     "MAX_SLOTS",
@@ -88,25 +91,9 @@ def rounds_for(elapsed: int, tick: int, span_bits: int) -> int:
     return (tick >> span_bits) - (elapsed >> span_bits)
 
 
-def _seconds(value: Any, name: str) -> float:
-    """`value` as a finite float, or a TypeError / ValueError / OverflowError that names `name`."""
-    if type(value) is float:
-        result: float = value
-    elif isinstance(value, (str, bytes, bytearray)) or not hasattr(type(value), "__float__"):
-        raise TypeError(f"{name} must be a real number, not {type(value).__name__}")
-    else:
-        try:
-            result = float(value)
-        except OverflowError:
-            raise OverflowError(f"{name} is too large to be a number of seconds: {value!r}") from None
-    if not math.isfinite(result):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return result
-
-
 def _check_id(timer_id: Any) -> None:
-    if not isinstance(timer_id, int):
-        raise TypeError(f"timer_id must be an int, not {type(timer_id).__name__}")
+    if type(timer_id) is not int:
+        identifier(timer_id, "timer_id")  # TypeError for anything but an int (a bool included)
 
 
 class _Entry:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
-from ._core_py import _seconds
-from ._scheduler import Scheduler, TimerStore
+from ._clock import Clock, as_clock
+from ._scheduler import Scheduler
+from ._types import JobEvent
+from ._validate import seconds as _seconds
 
 __all__ = ["HeapQueue", "HeapScheduler"]
 
@@ -108,9 +112,29 @@ class HeapQueue:
 class HeapScheduler(Scheduler):
     """Scheduler with exactly the same API and rules, on a binary heap instead of the timing wheel.
 
-    The baseline that benchmarks compare the wheel against, between equals: the engine is the same code,
-    only the timer store differs (HeapQueue). resolution, slots and levels are accepted and ignored.
+    It is Scheduler(clock, store=HeapQueue(...)): the baseline that benchmarks compare the wheel against,
+    between equals, since the engine is the same code and only the timer store differs. resolution, slots
+    and levels are accepted and ignored (the heap has no geometry).
     """
 
-    def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
-        return HeapQueue(start)
+    def __init__(
+        self,
+        clock: Clock | Callable[[], float] | None = None,
+        *,
+        resolution: float | None = None,
+        slots: int | None = None,
+        levels: int | None = None,
+        observer: Callable[[JobEvent], object] | None = None,
+        error_handler: Callable[[int, BaseException], object] | None = None,
+        logger: logging.Logger | None = None,
+        propagate: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit),
+    ) -> None:
+        clock = as_clock(clock)
+        super().__init__(
+            clock,
+            store=HeapQueue(clock()),
+            observer=observer,
+            error_handler=error_handler,
+            logger=logger,
+            propagate=propagate,
+        )

@@ -76,9 +76,10 @@ class WorkerPool:
         return max(0, len(self._queue) - self._idle)
 
     @property
-    def unclaimed(self) -> int:
-        """Runs no worker has picked up yet, those handed to an idle worker included."""
-        return len(self._queue)
+    def resting(self) -> bool:
+        """Every worker waits for work, and no run waits for a worker (a pool that just started is not
+        resting until all its threads got there)."""
+        return not self._queue and self.active == 0 and self._idle == len(self._threads)
 
     @property
     def threads(self) -> list[threading.Thread]:

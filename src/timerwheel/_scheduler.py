@@ -1,15 +1,16 @@
-"""The job engine: every rule about when and in what order a task runs lives here, once.
+"""The job engine: every rule about when and in what order anything runs lives here, once.
 
-Scheduler is deterministic and driven from outside: something calls run_pending() (a test, a loop of your
-own, or one of the drivers). The drivers (ThreadedScheduler, AsyncScheduler) only decide where a job runs;
-they talk to the engine through a small protocol of private methods:
+The engine owns every timer of a scheduler, in one timer store: jobs (tasks, with repeat modes and
+missed-run policies), plain timers (a callback at a time, no job semantics: what asyncio's timeouts,
+sleeps and call_later handles are) and run deadlines (a job's `timeout=`). One function, drain(), takes
+everything that is due in one (due, add order) order, applies the rules, and hands each job's run to a
+driver; one next_due() covers all of it.
 
-    _run_due(now, execute)   take every task due at `now` in order, apply the rules, and hand each run to
-                             execute(run); returns the number of runs started
-    _finish(run, started_at, error, finished_at)   a run returned or raised: count it, re-arm FIXED_DELAY
-    _drop(run, now)          a run was not executed (backpressure): count it, keep a repeating task armed
-    _forget(run)             a taken run will not start because its task was cancelled meanwhile
-    _is_cancelled(run)       whether that is the case
+A driver decides only where a run executes and how its waiting loop is woken. It binds itself to the
+engine (bind()) with three methods (see Driver): execute(run), wake(due), timed_out(run); and reports
+back through the Run it was handed: run.start() just before the job is called, run.finish(error) after,
+run.drop() for a run it will not execute, run.forget() for one whose task was cancelled while it waited.
+Scheduler itself, driven by run_pending(), is its own driver: it runs jobs inline.
 
 Not thread-safe: a driver serialises calls into it.
 """
@@ -20,20 +21,22 @@ import contextlib
 import logging
 import math
 import sys
-import time
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from ._clock import Clock, as_clock
 from ._core import TimerWheel
-from ._core_py import _seconds
-from ._types import JobEvent, Missed, RepeatMode, Stats, TimerInfo
+from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
+from ._validate import callable_or_none, function, identifier, member, seconds
 
-__all__ = ["Run", "Scheduler", "report_run"]
+__all__ = ["Driver", "JobContext", "Run", "Scheduler", "Timer", "TimerStore"]
 
 logger = logging.getLogger("timerwheel")
 
 #: errors keeps the messages of the most recent failed runs, at most this many.
 MAX_ERRORS = 1000
+_NO_OPTIONS = RunOptions()
 
 
 class TimerStore(Protocol):
@@ -51,13 +54,51 @@ class TimerStore(Protocol):
     def __len__(self) -> int: ...
 
 
+class Driver(Protocol):
+    """What a driver gives the engine (Scheduler.bind): where runs execute and how its loop is woken."""
+
+    def execute(self, run: Run) -> None:
+        """Run a due job, now or later, here or elsewhere; report through `run` (start, finish, drop,
+        forget). Called from drain(), in (due, add order) order."""
+
+    def wake(self, due: float) -> None:
+        """Something was armed at `due` outside drain(): wake the waiting loop if it sleeps past it."""
+
+    def timed_out(self, run: Run) -> None:
+        """A started run passed its deadline (its context's `cancelled` is set already)."""
+
+
+class JobContext:
+    """What a job scheduled with `context=True` receives as its first argument.
+
+    Attributes:
+        task_id: the task.
+        scheduled_for: the due of this run.
+        timeout: the run's timeout in seconds, or None.
+        cancelled: a threading.Event set when the scheduler stops or closes, and when the run's timeout
+            elapses; a long job should check it (or wait on it) and return early.
+        timed_out: whether the run's timeout elapsed.
+    """
+
+    __slots__ = ("cancelled", "scheduled_for", "task_id", "timed_out", "timeout")
+
+    def __init__(self, task_id: int, scheduled_for: float, timeout: float | None) -> None:
+        self.task_id = task_id
+        self.scheduled_for = scheduled_for
+        self.timeout = timeout
+        self.cancelled = threading.Event()
+        self.timed_out = False
+
+    def __repr__(self) -> str:
+        return f"JobContext(task_id={self.task_id}, scheduled_for={self.scheduled_for!r})"
+
+
 class _Task:
     """One scheduled task. `timer_id` is its entry in the store while armed, None otherwise."""
 
     __slots__ = (
         "args",
         "due",
-        "extra",
         "first_due",
         "fn",
         "id",
@@ -67,8 +108,10 @@ class _Task:
         "live",
         "missed",
         "mode",
+        "options",
         "running",
         "timer_id",
+        "waiting",
     )
 
     def __init__(
@@ -81,6 +124,7 @@ class _Task:
         mode: RepeatMode,
         missed: Missed,
         due: float,
+        options: RunOptions,
     ) -> None:
         self.id = task_id
         self.fn = fn
@@ -90,36 +134,173 @@ class _Task:
         self.mode = mode
         self.missed = missed
         self.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
-        self.due: float = (
-            due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
-        )
+        self.due = due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
+        self.options = options
         self.timer_id: int | None = None
-        self.running = 0
-        self.extra: Any = None  # a driver's own per-task data (ThreadedScheduler: context and timeout)
-        self.last_call = 0  # the _run_due call that last started it: at most one run per call
+        self.running = 0  # runs taken and not finished (a waiting one included)
+        self.waiting: Run | None = None  # its run taken but not started (waiting for a worker or a slot)
+        self.last_call = 0  # the drain() call that last took it: at most one run per call
         self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
+
+    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+        if self.timer_id != timer_id or not self.live:
+            return 0  # cancelled or moved by an earlier item of this batch (or by a finalizer)
+        self.timer_id = None
+        if self.last_call == engine._calls:  # a recurring task runs at most once per drain() call
+            engine._deferred.append(self)
+            return 0
+        return engine._fire(self, now, driver)
+
+    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+        if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain()
+            self.timer_id = None
+            engine._deferred.append(self)
+
+
+_TAKEN, _STARTED, _DONE, _CANCELLED = 0, 1, 2, 3
 
 
 class Run:
-    """One fire of a task handed to a driver's executor: call run.task.fn, then report to the engine."""
+    """One fire of a task, handed to a driver's execute(): call it, and report how it went.
 
-    __slots__ = ("scheduled_for", "task")
+    The driver calls start() just before the job (it counts the run as executed and arms its deadline),
+    then call(), then finish(error). A run it will not execute is drop()ped (backpressure); one whose task
+    was cancelled while it waited (see `cancelled`) is forget()ten. Under the driver's serialisation,
+    except call(), which runs the job and may run anywhere.
+    """
 
-    def __init__(self, task: _Task, scheduled_for: float) -> None:
+    __slots__ = (
+        "_engine",
+        "_state",
+        "context",
+        "deadline",
+        "scheduled_for",
+        "started_at",
+        "task",
+        "timed_out",
+    )
+
+    def __init__(self, engine: Scheduler, task: _Task, scheduled_for: float) -> None:
+        self._engine = engine
         self.task = task
         self.scheduled_for = scheduled_for
+        self._state = _TAKEN
+        self.started_at = 0.0
+        self.timed_out = False
+        self.deadline: _Deadline | None = None
+        options = task.options
+        self.context = (
+            JobContext(task.id, scheduled_for, options.timeout)
+            if options.context or options.timeout is not None
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"<Run of task {self.task.id} scheduled_for={self.scheduled_for!r}>"
 
     @property
     def task_id(self) -> int:
         """The id of the task this run belongs to."""
         return self.task.id
 
+    @property
+    def options(self) -> RunOptions:
+        """The task's run options (context, timeout, coroutine)."""
+        return self.task.options
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        """The job."""
+        return self.task.fn
+
+    @property
+    def cancelled(self) -> bool:
+        """Its task was cancelled after this run was taken and before it started: do not start it (it is
+        accounted for already; forget() is a no-op)."""
+        return self._state == _CANCELLED
+
+    def start(self) -> float:
+        """The job is about to be called: count it (Stats.executed counts runs started), arm its deadline.
+        Returns the start time."""
+        return self._engine._start(self)
+
     def call(self) -> Any:
-        """Call the job with its arguments (no error handling: the driver reports the outcome)."""
+        """Call the job with its arguments (and its context first, for context=True); no error handling."""
         task = self.task
+        if task.options.context:
+            return task.fn(self.context, *task.args, **(task.kwargs or {}))
         if task.kwargs is None:
             return task.fn(*task.args)
         return task.fn(*task.args, **task.kwargs)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """The job returned (error None) or raised: account for it, report it, re-arm FIXED_DELAY."""
+        self._engine._finish(self, error)
+
+    def drop(self) -> None:
+        """The run will not be executed (backpressure, or the scheduler closing): counted and reported."""
+        self._engine._drop(self)
+
+    def forget(self) -> None:
+        """Its task was cancelled while it waited: it will not start, and counts nowhere."""
+        self._engine._forget(self)
+
+
+class _Deadline:
+    """A started run's `timeout`, in the store beside everything else."""
+
+    __slots__ = ("due", "id", "run")
+
+    def __init__(self, run: Run, due: float) -> None:
+        self.run = run
+        self.due = due
+        self.id: int | None = None
+
+    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+        if self.id == timer_id:
+            self.id = None
+            engine._others -= 1
+            engine._time_out(self.run, driver)
+        return 0
+
+    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+        if self.id == timer_id:
+            self.id = engine._store.add_at(self.due, self)
+
+
+class Timer:
+    """A plain timer of the engine: a callback at a time, no job semantics, O(1) to add, move and cancel.
+
+    Drivers subclass it (AsyncScheduler's TimerHandle) and arm it with Scheduler.add_timer(); when it is
+    due, drain() calls its fire(). `id` is its entry in the store while armed, None otherwise; `due` the
+    time it is armed at. A fire() that raises is logged; KeyboardInterrupt and SystemExit propagate (what
+    the scheduler's `propagate` says), and the timers not yet run in that drain stay due.
+    """
+
+    __slots__ = ("due", "id")
+
+    def __init__(self) -> None:
+        self.due = 0.0
+        self.id: int | None = None
+
+    def fire(self) -> None:
+        """Its due came (it is out of the store): do its work."""
+
+    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+        if self.id == timer_id:  # not cancelled or moved by an earlier item of this batch
+            self.id = None
+            engine._others -= 1
+            try:
+                self.fire()
+            except BaseException as exc:
+                if isinstance(exc, engine._propagate):
+                    raise
+                engine._log(logging.ERROR, "timerwheel: a timer's callback raised (%r)", exc, exc_info=exc)
+        return 0
+
+    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+        if self.id == timer_id:
+            self.id = engine._store.add_at(self.due, self)
 
 
 def _first_grid_point_after(origin: float, interval: float, now: float) -> float:
@@ -151,11 +332,110 @@ def _after(now: float, interval: float) -> float:
     return due if due > now else math.nextafter(now, math.inf)
 
 
+def _clock_value(value: Any) -> float:
+    """A clock's reading as a finite float, or a ValueError / TypeError that says the clock gave it."""
+    try:
+        return seconds(value, "the clock's reading")
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise type(exc)(f"{exc} (the scheduler's clock returned {value!r})") from None
+
+
+def log_safely(
+    log: logging.Logger,
+    propagate: tuple[type[BaseException], ...],
+    level: int,
+    msg: str,
+    *args: Any,
+    exc_info: Any = None,
+) -> None:
+    """log.log(level, msg, *args), where a logger that raises (a handler, a filter) cannot stop a
+    scheduler: what it raised is written to stderr instead, unless it is one of `propagate`."""
+    try:
+        log.log(level, msg, *args, exc_info=exc_info)
+    except BaseException as exc:
+        if isinstance(exc, propagate):
+            raise
+        with contextlib.suppress(BaseException):  # a closed or broken stderr: nothing is left to tell
+            sys.stderr.write(f"timerwheel: the logger raised {exc!r} while logging: {msg % args}\n")
+
+
+class _Reports:
+    """Where outcomes go: the observer (JobEvent), errors, the error handler, the logger and its warnings.
+
+    Whatever these user callbacks raise is logged, or written to stderr when the logger itself fails, and
+    goes no further unless it is one of `propagate` (KeyboardInterrupt and SystemExit on the caller's
+    thread; nothing on a driver's threads, which must never die).
+    """
+
+    __slots__ = ("error_handler", "errors", "logger", "observer", "propagate")
+
+    def __init__(
+        self,
+        observer: Callable[[JobEvent], object] | None,
+        error_handler: Callable[[int, BaseException], object] | None,
+        log: logging.Logger,
+        propagate: tuple[type[BaseException], ...],
+    ) -> None:
+        self.observer = observer
+        self.error_handler = error_handler
+        self.logger = log
+        self.propagate = propagate
+        self.errors: list[str] = []
+
+    def log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
+        log_safely(self.logger, self.propagate, level, msg, *args, exc_info=exc_info)
+
+    def error(self, task_id: int, error: BaseException) -> None:
+        """A failed run: keep its message, log it, tell the error handler."""
+        self.errors.append(f"task {task_id}: {error}")
+        if len(self.errors) > MAX_ERRORS:
+            del self.errors[0]
+        self.log(logging.ERROR, "timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+        if self.error_handler is not None:
+            self._call(self.error_handler, (task_id, error), "the error_handler raised for task %d", task_id)
+
+    def warn(self, task: _Task, duration: float, timed_out: bool) -> None:
+        """A run past its timeout, or longer than half its task's interval."""
+        if timed_out:
+            self.log(logging.WARNING, "timerwheel: task %d ran %.3f s, past its timeout", task.id, duration)
+        if task.interval is not None and duration > task.interval / 2:
+            self.log(
+                logging.WARNING,
+                "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
+                "probably the wrong knob",
+                task.id,
+                duration,
+                task.interval,
+            )
+
+    def event(self, task_id: int, scheduled_for: float, started: float, finished: float, **kind: Any) -> None:
+        if self.observer is None:
+            return
+        event = JobEvent(
+            task_id=task_id,
+            scheduled_for=scheduled_for,
+            started_at=started,
+            finished_at=finished,
+            lateness=max(0.0, started - scheduled_for),
+            duration=finished - started,
+            **kind,
+        )
+        self._call(self.observer, (event,), "the observer raised on %r", event)
+
+    def _call(self, fn: Callable[..., object], args: tuple[Any, ...], what: str, *about: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException as exc:
+            if isinstance(exc, self.propagate):
+                raise
+            self.log(logging.ERROR, f"timerwheel: {what}; ignored", *about, exc_info=exc)
+
+
 class Scheduler:
     """The job engine: schedule, cancel and reschedule jobs in O(1) on a TimerWheel; run them when due.
 
     Deterministic and tick-driven: nothing runs until something calls run_pending(), which reads the clock
-    once and runs every task due by then. The rules, exactly:
+    once and runs every task due by then (or a driver calls drain()). The rules, exactly:
 
     1. Task ids are 1, 2, 3, ... in the order scheduled.
     2. A task scheduled at clock time t with delay d is due at exactly t + d. run_pending() reads the clock
@@ -165,17 +445,19 @@ class Scheduler:
        as its own next run comes first); under a driver that runs jobs elsewhere, when the run is handed
        over (so FIXED_RATE runs may overlap). The re-arm counts as scheduled at that moment. A job that
        cancelled or rescheduled its own task is not re-armed again.
-    3. A one-shot task is removed after it runs. A recurring task (interval given) is re-armed for
+    3. A one-shot task is removed once its run starts. A recurring task (interval given) is re-armed for
        due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
        Missed.SKIP: the first point of the grid first_due + k * interval after now). A re-arm is always
        after now, however small the interval. A recurring task runs at most once per run_pending() call:
        missed runs are never replayed in a burst (and a recurring task that a job moves to a due at or
-       before now runs at the next call).
+       before now runs at the next call). Under a driver, a recurring task has at most one run waiting
+       for a worker or a slot: a fire while one waits is dropped and counted.
     4. A job that raises an Exception is recorded in `errors` as "task <id>: <message>" and the others go
        on; a recurring job that failed is still re-armed. Other BaseExceptions (KeyboardInterrupt,
        SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
     5. A job may cancel itself or any other task; a task cancelled by an earlier job of the same call does
-       not run, and a recurring job that cancels itself is not re-armed.
+       not run, and a recurring job that cancels itself is not re-armed. A run that has been taken but
+       not started (under a driver: waiting for a worker or a slot) can still be cancelled.
     6. A task that a job schedules with a due at or before the call's now runs in the same call, after the
        tasks already due.
     7. cancel and reschedule are O(1).
@@ -197,11 +479,16 @@ class Scheduler:
     Not thread-safe: use ThreadedScheduler to schedule from several threads.
 
     Args:
-        clock: a callable returning monotonic seconds (time.monotonic; ManualClock in tests).
-        resolution: seconds per tick of the TimerWheel.
-        slots: slots per level of the TimerWheel.
-        levels: levels of the TimerWheel.
-        observer: called with a JobEvent for every run, drop and skip; its errors are logged, never raised.
+        clock: a Clock, or a callable returning monotonic seconds (default time.monotonic).
+        store: the timer store (default: a TimerWheel with this resolution, slots and levels).
+        resolution: seconds per tick of the TimerWheel (not with `store`).
+        slots: slots per level of the TimerWheel (not with `store`).
+        levels: levels of the TimerWheel (not with `store`).
+        observer: called with a JobEvent for every run, drop and skip.
+        error_handler: called with (task_id, exception) when a job raises.
+        logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
+        propagate: what an observer, an error handler, a logger or a plain timer's callback may raise
+            through run_pending() (default KeyboardInterrupt and SystemExit; the rest is logged).
 
     Example:
         >>> from timerwheel.testing import ManualClock
@@ -218,54 +505,80 @@ class Scheduler:
 
     def __init__(
         self,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock | Callable[[], float] | None = None,
         *,
-        resolution: float = 0.001,
-        slots: int = 64,
-        levels: int = 4,
+        store: TimerStore | None = None,
+        resolution: float | None = None,
+        slots: int | None = None,
+        levels: int | None = None,
         observer: Callable[[JobEvent], object] | None = None,
+        error_handler: Callable[[int, BaseException], object] | None = None,
+        logger: logging.Logger | None = None,
+        propagate: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit),
     ) -> None:
-        if not callable(clock):
-            raise TypeError(f"clock must be callable, not {type(clock).__name__}")
-        if observer is not None and not callable(observer):
-            raise TypeError(f"observer must be callable or None, not {type(observer).__name__}")
-        self._clock = clock
-        start = _clock_value(clock())
+        self._clock = as_clock(clock)
+        callable_or_none(observer, "observer")
+        callable_or_none(error_handler, "error_handler")
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise TypeError(f"logger must be a logging.Logger or None, not {type(logger).__name__}")
+        self._read = self._clock.reader
+        start = _clock_value(self._read())
+        if store is None:
+            store = TimerWheel(
+                0.001 if resolution is None else resolution,
+                slots=64 if slots is None else slots,
+                levels=4 if levels is None else levels,
+                start=start,
+            )
+        elif resolution is not None or slots is not None or levels is not None:
+            raise TypeError("resolution, slots and levels are the default TimerWheel's: not with store")
+        self._store: TimerStore = store
+        self._horizon = store.horizon  # a clock reading from here on is a failure, not a time
         self._latest = start  # the latest clock read: time never goes backwards in here
-        self._store: TimerStore = self._make_store(resolution, slots, levels, start)
-        self._horizon = self._store.horizon  # a clock reading from here on is a failure, not a time
-        self._observer = observer
+        self._reports = _Reports(
+            observer, error_handler, logger or logging.getLogger("timerwheel"), propagate
+        )
+        self._propagate = propagate
         self._tasks: dict[int, _Task] = {}
         self._last_id = 0
-        self.errors: list[str] = []
-        """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
         self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
-        self._calls = 0  # _run_due calls so far
-        self._in_run_due = False  # a job calling run_pending() again would break the once-per-call rule
-        self._logger = logger  # a driver may set its own
-        # What an observer or a logger may raise and still stop us: KeyboardInterrupt and SystemExit on
-        # the caller's thread; a driver whose threads must never die sets () (nothing).
-        self._propagate: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
-
-    def _make_store(self, resolution: float, slots: int, levels: int, start: float) -> TimerStore:
-        """The timer store; HeapScheduler overrides this and nothing else."""
-        return TimerWheel(resolution, slots=slots, levels=levels, start=start)
+        self._waiting = 0  # runs taken and not started
+        self._others = 0  # entries in the store that are not tasks: plain timers and deadlines
+        self._calls = 0  # drain() calls so far
+        self._deferred: list[_Task] = []  # recurring tasks due again in this drain() call: the next one
+        self._draining = False  # a job calling run_pending() again would break the once-per-call rule
+        self._driver: Driver = self
 
     @property
-    def clock(self) -> Callable[[], float]:
+    def clock(self) -> Clock:
         """The clock this scheduler reads."""
         return self._clock
+
+    @property
+    def store(self) -> TimerStore:
+        """The timer store that holds every timer of this scheduler (jobs, plain timers, deadlines)."""
+        return self._store
+
+    @property
+    def errors(self) -> list[str]:
+        """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
+        return self._reports.errors
+
+    @property
+    def timers(self) -> int:
+        """How many plain timers and run deadlines are armed (tasks are stats().pending). O(1)."""
+        return self._others
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} pending={len(self._store)} running={self._running}>"
 
-    def _now(self) -> float:
+    def now(self) -> float:
         """The clock, never earlier than its latest read (a clock that steps back stands still).
 
         A reading that is not a finite number, or that the store cannot hold (past the wheel's 2**62
         ticks), raises and leaves the latest read as it was: a clock that glitches once comes back.
         """
-        now = self._clock()
+        now = self._read()
         if type(now) is float and self._latest <= now < self._horizon:  # the common case: two compares
             self._latest = now
             return now
@@ -290,20 +603,22 @@ class Scheduler:
         kwargs: Mapping[str, Any] | None = None,
         mode: RepeatMode = RepeatMode.FIXED_RATE,
         missed: Missed = Missed.DELAY,
+        options: RunOptions | None = None,
     ) -> int:
         """Run fn(*args, **kwargs) `delay` seconds from now (the clock read now); return the task id. O(1).
 
         With `interval`, the task repeats every `interval` seconds after that, as `mode` and `missed` say.
+        `options` (RunOptions) gives the job a context or a timeout.
 
         Raises:
             ValueError: delay < 0, interval <= 0, or either not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
         if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
-            delay = _seconds(delay, "delay")
+            delay = seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
-        return self._add(self._now() + delay, fn, interval, args, kwargs, mode, missed, "delay")
+        return self._add(self.now() + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
 
     def schedule_at(
         self,
@@ -315,6 +630,7 @@ class Scheduler:
         kwargs: Mapping[str, Any] | None = None,
         mode: RepeatMode = RepeatMode.FIXED_RATE,
         missed: Missed = Missed.DELAY,
+        options: RunOptions | None = None,
     ) -> int:
         """Run fn at the clock time `when` (a past `when` runs at the next run_pending()); as schedule().
 
@@ -322,7 +638,7 @@ class Scheduler:
             ValueError: when is not finite; interval <= 0 or not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        return self._add(_seconds(when, "when"), fn, interval, args, kwargs, mode, missed, "when")
+        return self._add(seconds(when, "when"), fn, interval, args, kwargs, mode, missed, options, "when")
 
     def _add(
         self,
@@ -333,18 +649,20 @@ class Scheduler:
         kwargs: Mapping[str, Any] | None,
         mode: RepeatMode,
         missed: Missed,
+        options: RunOptions | None,
         name: str,
     ) -> int:
-        if not callable(fn):
-            raise TypeError(f"fn must be callable, not {type(fn).__name__}")
+        function(fn, "fn")
         if interval is not None:
-            interval = _seconds(interval, "interval")
+            interval = seconds(interval, "interval")
             if interval <= 0:
                 raise ValueError(f"interval must be > 0, got {interval!r}")
-        if not isinstance(mode, RepeatMode):
-            raise TypeError(f"mode must be a RepeatMode, not {mode!r}")
-        if not isinstance(missed, Missed):
-            raise TypeError(f"missed must be a Missed, not {missed!r}")
+        member(mode, RepeatMode, "mode")
+        member(missed, Missed, "missed")
+        if options is None:
+            options = _NO_OPTIONS
+        elif not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a RunOptions or None, not {type(options).__name__}")
         if type(args) is not tuple:
             if isinstance(args, (str, bytes)):
                 raise TypeError("args must be an iterable of arguments, not a string")
@@ -356,7 +674,7 @@ class Scheduler:
         task_id = self._last_id + 1
         self._last_id = task_id
         try:
-            task = _Task(task_id, fn, interval, args, kw, mode, missed, due)
+            task = _Task(task_id, fn, interval, args, kw, mode, missed, due, options)
             timer_id = self._store.add_at(due, task)
         except BaseException as exc:
             if self._last_id == task_id:
@@ -366,17 +684,19 @@ class Scheduler:
             raise
         task.timer_id = timer_id
         self._tasks[task_id] = task
+        if not self._draining:
+            self._driver.wake(due)
         return task_id
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task: it will not start again. O(1).
 
         Returns:
-            True if the task was scheduled; False if unknown, already finished (a one-shot that has started
-            counts as finished) or already cancelled.
+            True if the task was scheduled, or its run taken and not started; False if unknown, finished
+            (a one-shot whose run has started counts as finished) or already cancelled.
         """
         if type(task_id) is not int:
-            self._check_id(task_id)
+            identifier(task_id, "task_id")
         task = self._tasks.pop(task_id, None)
         if task is None:
             return False
@@ -384,8 +704,9 @@ class Scheduler:
         timer_id = task.timer_id
         task.timer_id = None
         if timer_id is not None:
-            # False when it was just taken for running: _run_due sees the task is not live and skips it
-            self._store.cancel(timer_id)
+            self._store.cancel(timer_id)  # False when just taken: drain() sees the task is not live
+        if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
+            self._forget(task.waiting)
         self._cancelled += 1
         return True
 
@@ -401,15 +722,15 @@ class Scheduler:
             ValueError: delay < 0 or not finite.
         """
         if type(task_id) is not int:
-            self._check_id(task_id)
+            identifier(task_id, "task_id")
         if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
-            delay = _seconds(delay, "delay")
+            delay = seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        due = self._now() + delay
+        due = self.now() + delay
         timer_id = task.timer_id
         try:
             if timer_id is None or not self._store.reschedule_at(timer_id, due):
@@ -422,13 +743,41 @@ class Scheduler:
         except OverflowError as exc:  # raised before anything changed
             raise OverflowError(f"delay is too far ahead: {exc}") from None
         task.due = task.first_due = due
+        if not self._draining:
+            self._driver.wake(due)
         return True
 
-    @staticmethod
-    def _check_id(task_id: Any) -> int:
-        if not isinstance(task_id, int):
-            raise TypeError(f"task_id must be an int, not {type(task_id).__name__}")
-        return task_id
+    # -- plain timers -----------------------------------------------------------------------------------
+
+    def add_timer(self, timer: Timer, due: float) -> None:
+        """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
+        timer.id = self._store.add_at(due, timer)
+        timer.due = due
+        self._others += 1
+        if not self._draining:
+            self._driver.wake(due)
+
+    def move_timer(self, timer: Timer, due: float) -> bool:
+        """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
+        if timer.id is None or not self._store.reschedule_at(timer.id, due):
+            return False
+        timer.due = due
+        if not self._draining:
+            self._driver.wake(due)
+        return True
+
+    def cancel_timer(self, timer: Timer) -> bool:
+        """Take an armed plain timer out: it will not fire. O(1). False if it was not armed.
+
+        Also right after drain() took it out of the store and before it fired (an earlier item of the same
+        batch cancels it): drain() then skips it, since its id is gone.
+        """
+        timer_id, timer.id = timer.id, None
+        if timer_id is None:
+            return False
+        self._store.cancel(timer_id)  # False when drain() holds it: it is skipped there
+        self._others -= 1
+        return True
 
     # -- running ----------------------------------------------------------------------------------------
 
@@ -437,70 +786,99 @@ class Scheduler:
 
         Jobs run inline, one after the other, earliest due first. See the class docstring for the rules.
         """
-        return self._run_due(self._now(), self._run_inline)
+        return self.drain(self.now(), self)
 
     def next_run_in(self) -> float | None:
-        """Seconds until the next task is due, never negative; None when nothing is scheduled."""
+        """Seconds until the next task (or timer) is due, never negative; None when nothing is armed."""
         due = self._store.next_due()
         if due is None:
             return None
-        return max(0.0, due - self._now())
+        return max(0.0, due - self.now())
 
-    def _run_due(self, now: float, execute: Callable[[Run], object]) -> int:
-        """Take every task due at `now`, apply the run rules, hand each run to `execute`; count them."""
-        if self._in_run_due:
+    def next_due(self) -> float | None:
+        """The earliest due of everything armed (tasks, plain timers, deadlines), or None. For drivers."""
+        return self._store.next_due()
+
+    def bind(self, driver: Driver) -> None:
+        """Make `driver` the one that drain() hands runs to and that is told when something is armed."""
+        self._driver = driver
+
+    def drain(self, now: float, driver: Driver | None = None) -> int:
+        """Take everything due at `now` in (due, add order) order and apply the rules: hand each job's run
+        to the driver (the bound one by default), fire each plain timer, time out each run past its
+        deadline. Returns the number of runs handed over. Items that come due meanwhile (a job scheduled
+        one at or before now) are taken too. If an item raises through (KeyboardInterrupt), the items not
+        yet dealt with stay due."""
+        if self._draining:
             raise RuntimeError("run_pending() must not be called from a job it runs")
+        if driver is None:
+            driver = self._driver
         store = self._store
         if now < store.now:  # a clock that stepped back: time does not go backwards in here
             now = store.now
         self._calls += 1
         started = 0
-        deferred: list[_Task] = []  # recurring tasks due again in this call (a job moved them): next call
         batch: list[tuple[int, Any]] = []
         taken = 0  # entries of `batch` dealt with
-        self._in_run_due = True
+        self._draining = True
         try:
             while True:
                 batch = store.advance(now)  # again after each batch: jobs may schedule due tasks (rule 6)
                 taken = 0
                 if not batch:
                     return started
-                for timer_id, task in batch:
+                for timer_id, item in batch:
                     taken += 1
-                    # cancelled or rescheduled by an earlier job of this batch (or by a finalizer)
-                    if task.timer_id != timer_id or not task.live:
-                        continue
-                    task.timer_id = None
-                    if task.last_call == self._calls:  # a recurring task runs at most once per call
-                        deferred.append(task)
-                        continue
-                    started += self._fire(task, now, execute)
+                    started += item._due(self, timer_id, now, driver)
         finally:
-            # Normally only `deferred`; after a BaseException also the rest of the batch, which did not run.
-            for timer_id, task in batch[taken:]:
-                if task.timer_id == timer_id and task.live:
-                    task.timer_id = None
-                    deferred.append(task)
+            # Normally only the deferred tasks; after a BaseException also the rest of the batch.
+            for timer_id, item in batch[taken:]:
+                item._put_back(self, timer_id)
+            deferred, self._deferred = self._deferred, []
             for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
                 if task.timer_id is None and task.live:
                     self._arm(task, task.due)
-            self._in_run_due = False
+            self._draining = False
 
-    def _fire(self, task: _Task, now: float, execute: Callable[[Run], object]) -> int:
+    def execute(self, run: Run) -> None:
+        """The driver protocol, for run_pending(): run the job inline, now."""
+        run.start()
+        try:
+            run.call()
+        except Exception as exc:
+            run.finish(exc)
+        except BaseException as exc:
+            run.finish(exc)
+            raise
+        else:
+            run.finish(None)
+
+    def wake(self, due: float) -> None:
+        """The driver protocol, for run_pending(): nothing to wake."""
+
+    def timed_out(self, run: Run) -> None:
+        """The driver protocol, for run_pending(): nothing to interrupt (runs are inline)."""
+
+    def _fire(self, task: _Task, now: float, driver: Driver) -> int:
         scheduled_for = task.due
+        task.last_call = self._calls
         if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
             self._skipped += 1
             self._rearm_on_grid(task, scheduled_for, now)
-            self._emit(task.id, scheduled_for, now, now, skipped=True)
+            self._reports.event(task.id, scheduled_for, now, now, skipped=True)
             return 0
-        if task.interval is None:
-            task.live = False
-            del self._tasks[task.id]  # a one-shot is finished once it starts
+        if task.waiting is not None:  # rule 3: one run waiting at most; never a burst of them
+            self._dropped += 1
+            self._rearm_on_grid(task, scheduled_for, now)
+            self._reports.event(task.id, scheduled_for, now, now, dropped=True)
+            return 0
+        run = Run(self, task, scheduled_for)
         task.running += 1
+        task.waiting = run
         self._running += 1
-        task.last_call = self._calls
+        self._waiting += 1
         try:
-            execute(Run(task, scheduled_for))
+            driver.execute(run)
         finally:
             # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
             # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
@@ -515,7 +893,8 @@ class Scheduler:
 
     def _rearm_on_grid(self, task: _Task, scheduled_for: float, now: float) -> None:
         interval = task.interval
-        assert interval is not None
+        if interval is None:
+            return
         due = scheduled_for + interval
         if not due > now:  # late: never replay the missed runs
             if task.missed is Missed.DELAY:
@@ -537,87 +916,111 @@ class Scheduler:
             if task.live:
                 task.live = False
                 self._tasks.pop(task.id, None)
-                self._record_error(task.id, exc)
+                self._reports.error(task.id, exc)
             return
         if not task.live:
             self._store.cancel(timer_id)
             return
         task.timer_id = timer_id
         task.due = due
+        if not self._draining:
+            self._driver.wake(due)
 
-    def _run_inline(self, run: Run) -> None:
-        started_at = self._started(run)
-        try:
-            run.call()
-        except Exception as exc:
-            self._finish(run, started_at, exc)
-        except BaseException as exc:
-            self._finish(run, started_at, exc)
-            raise
-        else:
-            self._finish(run, started_at, None)
+    # -- the outcomes of a run (Run's methods) ------------------------------------------------------------
 
-    def _started(self, run: Run) -> float:
-        """A run's job is about to be called: count it (Stats.executed counts runs started); the time.
+    def _took(self, run: Run) -> _Task:
+        """A taken run leaves the waiting state (it starts, or will not)."""
+        task = run.task
+        if task.waiting is run:
+            task.waiting = None
+        self._waiting -= 1
+        return task
 
-        If the clock fails just now, the latest good reading is the start: the run goes on (a driver
-        notices the clock at its next pass).
-        """
+    def _start(self, run: Run) -> float:
+        if run._state != _TAKEN:
+            raise RuntimeError(f"{run!r} was started, finished or dropped already")
+        task = self._took(run)
+        run._state = _STARTED
         self._executed += 1
+        if task.interval is None and self._tasks.get(task.id) is task:
+            task.live = False
+            del self._tasks[task.id]  # a one-shot is finished once it starts
         try:
-            return self._now()
-        except Exception:
-            return self._latest
+            run.started_at = self.now()
+        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
+            run.started_at = self._latest
+        timeout = task.options.timeout
+        if timeout is not None:
+            deadline = _Deadline(run, run.started_at + timeout)
+            try:
+                deadline.id = self._store.add_at(deadline.due, deadline)
+            except OverflowError:  # a timeout beyond the store's range: it never elapses
+                pass
+            else:
+                run.deadline = deadline
+                self._others += 1
+                if not self._draining:
+                    self._driver.wake(deadline.due)
+        return run.started_at
 
-    def _finish(
-        self,
-        run: Run,
-        started_at: float,
-        error: BaseException | None,
-        finished_at: float | None = None,
-        *,
-        timed_out: bool = False,
-    ) -> None:
-        """A run returned (error None) or raised: count it, record its error, re-arm a FIXED_DELAY task."""
-        if finished_at is None:
-            finished_at = self._now()
+    def _finish(self, run: Run, error: BaseException | None) -> None:
+        if run._state != _STARTED:
+            raise RuntimeError(f"{run!r} was not started, or finished already")
+        run._state = _DONE
+        try:
+            finished = self.now()
+        except Exception:  # the run is still accounted for (a driver will report the clock)
+            finished = max(self._latest, run.started_at)
         task = run.task
         task.running -= 1
         self._running -= 1
+        deadline = run.deadline
+        if deadline is not None and deadline.id is not None:
+            self._store.cancel(deadline.id)
+            deadline.id = None
+            self._others -= 1
+        timeout = task.options.timeout
+        timed_out = run.timed_out or (timeout is not None and finished - run.started_at > timeout)
         if error is not None:
             self._failed += 1
-            self._record_error(task.id, error)
-        if task.mode is RepeatMode.FIXED_DELAY:
-            self._rearm_after(task, finished_at)
-        self._emit(task.id, run.scheduled_for, started_at, finished_at, error=error, timed_out=timed_out)
+        if task.mode is RepeatMode.FIXED_DELAY and task.interval is not None:
+            self._rearm_after(task, finished)
+        self._reports.event(
+            task.id, run.scheduled_for, run.started_at, finished, error=error, timed_out=timed_out
+        )
+        if error is not None:
+            self._reports.error(task.id, error)
+        self._reports.warn(task, finished - run.started_at, timed_out)
 
-    def _drop(self, run: Run, now: float) -> None:
-        """A run was not executed (backpressure): count it; a repeating task stays armed."""
-        task = run.task
+    def _drop(self, run: Run) -> None:
+        if run._state == _CANCELLED:
+            return  # forgotten when its task was cancelled: not a drop
+        if run._state != _TAKEN:
+            raise RuntimeError(f"{run!r} was started, finished or dropped already")
+        task = self._took(run)
+        run._state = _DONE
         task.running -= 1
         self._running -= 1
         self._dropped += 1
+        if task.interval is None and self._tasks.get(task.id) is task:  # a dropped one-shot is over
+            task.live = False
+            del self._tasks[task.id]
+        try:
+            now = self.now()
+        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
+            now = self._latest
         if task.mode is RepeatMode.FIXED_DELAY:
             self._rearm_after(task, now)
-        self._emit(task.id, run.scheduled_for, now, now, dropped=True)
-
-    def _discard_pending(self) -> None:
-        """Forget every task (a driver closing): nothing will run; no counter changes."""
-        for task in list(self._tasks.values()):
-            task.live = False
-            if task.timer_id is not None:
-                self._store.cancel(task.timer_id)
-                task.timer_id = None
-        self._tasks.clear()
-
-    def _is_cancelled(self, run: Run) -> bool:
-        """A recurring task cancelled after this run was taken (a one-shot cannot be: it is finished)."""
-        task = run.task
-        return task.interval is not None and not task.live
+        self._reports.event(task.id, run.scheduled_for, now, now, dropped=True)
 
     def _forget(self, run: Run) -> None:
-        """A taken run that will not start: its task was cancelled before it did. Not counted anywhere."""
-        run.task.running -= 1
+        if run._state == _CANCELLED:
+            return  # forgotten when its task was cancelled
+        if run._state != _TAKEN:
+            raise RuntimeError(f"{run!r} was started, finished or dropped already")
+        task = self._took(run)
+        run._state = _CANCELLED
+        task.running -= 1
         self._running -= 1
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
@@ -625,56 +1028,59 @@ class Scheduler:
         if task.interval is not None and task.timer_id is None and task.live:
             self._arm(task, _after(finished_at, task.interval))
 
-    def _record_error(self, task_id: int, error: BaseException) -> None:
-        self.errors.append(f"task {task_id}: {error}")
-        if len(self.errors) > MAX_ERRORS:
-            del self.errors[0]
-        self._log(logging.ERROR, "timerwheel: task %d failed: %r", task_id, error, exc_info=error)
+    def _time_out(self, run: Run, driver: Driver) -> None:
+        if run._state != _STARTED:
+            return
+        run.timed_out = True
+        if run.context is not None:
+            run.context.timed_out = True
+            run.context.cancelled.set()
+        driver.timed_out(run)
 
     def _log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
-        """Log on the scheduler's logger; a logger that raises is reported on stderr, never raised further
-        (but for what `_propagate` lets through)."""
-        log_safely(self._logger, self._propagate, level, msg, *args, exc_info=exc_info)
+        self._reports.log(level, msg, *args, exc_info=exc_info)
 
-    def _emit(
-        self,
-        task_id: int,
-        scheduled_for: float,
-        started_at: float,
-        finished_at: float,
-        *,
-        error: BaseException | None = None,
-        dropped: bool = False,
-        skipped: bool = False,
-        timed_out: bool = False,
-    ) -> None:
-        observer = self._observer
-        if observer is None:
-            return
-        event = JobEvent(
-            task_id=task_id,
-            scheduled_for=scheduled_for,
-            started_at=started_at,
-            finished_at=finished_at,
-            lateness=max(0.0, started_at - scheduled_for),
-            duration=finished_at - started_at,
-            error=error,
-            dropped=dropped,
-            skipped=skipped,
-            timed_out=timed_out,
-        )
-        try:
-            observer(event)
-        except BaseException as exc:
-            if isinstance(exc, self._propagate):
-                raise
-            self._log(logging.ERROR, "timerwheel: the observer raised on %r; ignored", event, exc_info=exc)
+    def release_timers(self) -> list[Timer]:
+        """Take every plain timer out of the store and return them, earliest first (a driver closing hands
+        them to another clock); deadlines go too. Tasks stay (see discard())."""
+        store = self._store
+        released: list[Timer] = []
+        kept: list[_Task] = []
+        while (due := store.next_due()) is not None:
+            for _, item in store.advance(max(due, store.now)):
+                if isinstance(item, Timer):
+                    item.id = None
+                    released.append(item)
+                elif isinstance(item, _Deadline):
+                    item.id = None
+                else:
+                    item.timer_id = None
+                    kept.append(item)
+        self._others = 0
+        for task in kept:  # the store moved on to the last due: tasks go back where they were
+            if task.live:
+                self._arm(task, task.due)
+        return released
+
+    def discard(self) -> None:
+        """Forget every task (a driver closing): nothing will run, a waiting run will not start; no
+        counter changes. Plain timers stay (the driver decides what becomes of them)."""
+        for task in list(self._tasks.values()):
+            task.live = False
+            if task.timer_id is not None:
+                self._store.cancel(task.timer_id)
+                task.timer_id = None
+            if task.waiting is not None:
+                self._forget(task.waiting)
+        self._tasks.clear()
 
     # -- introspection --------------------------------------------------------------------------------
 
     def next_fire_time(self, task_id: int) -> float | None:
         """The clock time of a task's next run, or None if it is not armed (unknown, finished, cancelled)."""
-        task = self._tasks.get(self._check_id(task_id))
+        if type(task_id) is not int:
+            identifier(task_id, "task_id")
+        task = self._tasks.get(task_id)
         if task is None or task.timer_id is None:
             return None
         return task.due
@@ -690,92 +1096,15 @@ class Scheduler:
         return infos
 
     def stats(self) -> Stats:
-        """A snapshot of the counters (see Stats)."""
+        """A snapshot of the counters (see Stats). O(1). `pending` counts armed tasks; `queued` runs taken
+        and not started."""
         return Stats(
-            pending=len(self._store),
+            pending=len(self._store) - self._others,
             executed=self._executed,
             cancelled=self._cancelled,
             running=self._running,
             dropped=self._dropped,
             skipped=self._skipped,
             failed=self._failed,
-        )
-
-
-def _clock_value(value: Any) -> float:
-    """A clock's reading as a finite float, or a ValueError / TypeError that says the clock gave it."""
-    try:
-        return _seconds(value, "the clock's reading")
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise type(exc)(f"{exc} (the scheduler's clock returned {value!r})") from None
-
-
-def log_safely(
-    logger: logging.Logger,
-    propagate: tuple[type[BaseException], ...],
-    level: int,
-    msg: str,
-    *args: Any,
-    exc_info: Any = None,
-) -> None:
-    """logger.log(level, msg, *args), where a logger that raises (a handler, a filter) cannot stop a
-    scheduler: what it raised is written to stderr instead, unless it is one of `propagate`."""
-    try:
-        logger.log(level, msg, *args, exc_info=exc_info)
-    except BaseException as exc:
-        if isinstance(exc, propagate):
-            raise
-        with contextlib.suppress(BaseException):  # a closed or broken stderr: nothing is left to tell
-            sys.stderr.write(f"timerwheel: the logger raised {exc!r} while logging: {msg % args}\n")
-
-
-def report_run(
-    logger: logging.Logger,
-    propagate: tuple[type[BaseException], ...],
-    error_handler: Callable[[int, BaseException], object] | None,
-    task_id: int,
-    interval: float | None,
-    error: BaseException | None,
-    duration: float,
-    timed_out: bool = False,
-) -> None:
-    """What a driver does after a run finished, beyond the engine's accounting (shared by the drivers).
-
-    Pass a failed run's error to `error_handler`; warn about a run past its timeout, and about a run longer
-    than half its task's interval. Whatever the error handler or the logger raises is logged (or written to
-    stderr) and goes no further, unless it is one of `propagate`: a driver thread never dies of it.
-    """
-    if error is not None and error_handler is not None:
-        try:
-            error_handler(task_id, error)
-        except BaseException as exc:
-            if isinstance(exc, propagate):
-                raise
-            log_safely(
-                logger,
-                propagate,
-                logging.ERROR,
-                "timerwheel: the error_handler raised for task %d; ignored",
-                task_id,
-                exc_info=exc,
-            )
-    if timed_out:
-        log_safely(
-            logger,
-            propagate,
-            logging.WARNING,
-            "timerwheel: task %d ran %.3f s, past its timeout",
-            task_id,
-            duration,
-        )
-    if interval is not None and duration > interval / 2:
-        log_safely(
-            logger,
-            propagate,
-            logging.WARNING,
-            "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
-            "probably the wrong knob",
-            task_id,
-            duration,
-            interval,
+            queued=self._waiting,
         )

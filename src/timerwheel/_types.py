@@ -14,6 +14,7 @@ __all__ = [
     "Missed",
     "NotStartedError",
     "RepeatMode",
+    "RunOptions",
     "Stats",
     "TimerInfo",
     "TimerWheelError",
@@ -116,6 +117,33 @@ class Stats:
     failed: int = 0
     queued: int = 0
     clock_errors: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How a task's runs are called: the per-task options that schedule() takes besides the timing.
+
+    Attributes:
+        context: call the job as fn(ctx, *args, **kwargs), with a JobContext.
+        timeout: seconds a run may take (None: no limit); past it, the run is reported as timed out and
+            its context's `cancelled` is set.
+        coroutine: the job is a coroutine function (AsyncScheduler runs each run as a task); drivers set it.
+    """
+
+    context: bool = False
+    timeout: float | None = None
+    coroutine: bool = False
+
+    def __post_init__(self) -> None:
+        from ._validate import boolean, seconds
+
+        boolean(self.context, "context")
+        boolean(self.coroutine, "coroutine")
+        if self.timeout is not None:
+            timeout = seconds(self.timeout, "timeout")
+            if timeout <= 0:
+                raise ValueError(f"timeout must be > 0, got {timeout!r}")
+            object.__setattr__(self, "timeout", timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""Test helpers for code that uses timerwheel: a clock that moves only when the test says so, and an asyncio
-event loop whose clock jumps to the next timer instead of sleeping."""
+"""Test helpers for code that uses timerwheel: a clock that moves only when the test says so, a way to wait
+until a ThreadedScheduler has done everything that is due, and an asyncio event loop whose clock jumps to
+the next timer instead of sleeping."""
 
 from __future__ import annotations
 
@@ -7,17 +8,23 @@ import asyncio
 import math
 import selectors
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["ManualClock", "VirtualTimeLoop"]
+from ._clock import Clock
+from ._validate import function, seconds
+
+__all__ = ["ManualClock", "VirtualTimeLoop", "wait_until_idle"]
 
 
-class ManualClock:
+class ManualClock(Clock):
     """A clock for tests: calling it returns the current time; advance() and set() move it, never backwards.
 
     Pass it as `clock=` to a Scheduler or a ThreadedScheduler so that time moves only when the test moves
-    it: no sleeping, no flakiness. Drivers subscribe to it, so that moving the clock wakes a driver that is
-    waiting for its next due. Safe to use from several threads.
+    it: no sleeping, no flakiness. A driver waiting for its next due sleeps until the clock is moved past
+    it (sleep_time() is infinite; moving the clock calls its subscribers). Safe to use from several
+    threads.
 
     Example:
         >>> clock = ManualClock()
@@ -33,9 +40,9 @@ class ManualClock:
     __slots__ = ("_listeners", "_lock", "_now")
 
     def __init__(self, start: float = 0.0) -> None:
-        self._now = _finite(start, "start")
+        self._now = seconds(start, "start")
         self._lock = threading.Lock()
-        self._listeners: list[Callable[[float], None]] = []
+        self._listeners: list[Callable[[float], object]] = []
 
     def __call__(self) -> float:
         """The current time, in seconds."""
@@ -44,17 +51,21 @@ class ManualClock:
     def __repr__(self) -> str:
         return f"ManualClock({self._now!r})"
 
+    def sleep_time(self, deadline: float) -> float:
+        """math.inf: the clock reaches a deadline only when a test moves it, which wakes the subscribers."""
+        return math.inf
+
     def advance(self, seconds: float) -> float:
         """Move the clock forward by `seconds` (>= 0) and return the new time.
 
         Raises:
-            ValueError: seconds is negative or not finite.
+            ValueError: seconds is negative or not finite. TypeError: seconds is not a number.
         """
-        seconds = _finite(seconds, "seconds")
-        if seconds < 0:
-            raise ValueError(f"seconds must be >= 0 (the clock never goes backwards), got {seconds!r}")
+        step = _seconds(seconds, "seconds")
+        if step < 0:
+            raise ValueError(f"seconds must be >= 0 (the clock never goes backwards), got {step!r}")
         with self._lock:
-            now = self._now + seconds
+            now = self._now + step
             if not math.isfinite(now):
                 raise ValueError(f"seconds takes the clock past the largest float: {seconds!r}")
             self._now = now
@@ -65,21 +76,26 @@ class ManualClock:
         """Set the clock to `t`, which must not be earlier than the current time.
 
         Raises:
-            ValueError: t is earlier than the current time, or not finite.
+            ValueError: t is earlier than the current time, or not finite. TypeError: t is not a number.
         """
-        t = _finite(t, "t")
+        t = _seconds(t, "t")
         with self._lock:
             if t < self._now:
                 raise ValueError(f"t must not be earlier than the current time {self._now!r}, got {t!r}")
             self._now = t
         self._notify(t)
 
-    def subscribe(self, callback: Callable[[float], None]) -> None:
-        """Call `callback(now)` after every advance() or set(); drivers use it to wake their waiting loop."""
+    def subscribe(self, callback: Callable[[float], object]) -> None:
+        """Call `callback(now)` after every advance() or set(); drivers use it to wake their waiting loop.
+
+        Raises:
+            TypeError: callback is not callable.
+        """
+        function(callback, "callback")
         with self._lock:
             self._listeners.append(callback)
 
-    def unsubscribe(self, callback: Callable[[float], None]) -> None:
+    def unsubscribe(self, callback: Callable[[float], object]) -> None:
         """Stop calling `callback`; no error if it was not subscribed."""
         with self._lock:
             if callback in self._listeners:
@@ -92,13 +108,32 @@ class ManualClock:
             callback(now)
 
 
-def _finite(value: float, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
+_seconds = seconds  # ManualClock.advance's parameter is called `seconds`
+
+
+def wait_until_idle(scheduler: Any, timeout: float = 10.0) -> None:
+    """Wait until a ThreadedScheduler has nothing left to do at its clock's current time: its driver
+    sleeps, no job runs or waits for a worker, and nothing is due. Then every job due by now has run.
+
+    With a ManualClock this makes a test deterministic: move the clock, wait until idle, assert. It waits
+    on the scheduler's condition (never by sleeping); `timeout` (real seconds) only keeps a broken test
+    from hanging. A stopped scheduler is idle once its threads have exited.
+
+    Raises:
+        TimeoutError: not idle within `timeout` seconds.
+        TypeError: not a ThreadedScheduler.
+    """
+    from ._threaded import ThreadedScheduler
+
+    if not isinstance(scheduler, ThreadedScheduler):
+        raise TypeError(f"scheduler must be a ThreadedScheduler, not {type(scheduler).__name__}")
+    end = time.monotonic() + seconds(timeout, "timeout")
+    with scheduler._lock:
+        while not scheduler._is_idle():
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{scheduler!r} did not become idle within {timeout} s")
+            scheduler._idle_changed.wait(left)
 
 
 class _VirtualSelector(selectors.DefaultSelector):
@@ -147,8 +182,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, start: float = 1000.0) -> None:
         try:
-            start = _finite(start, "start")
-        except (TypeError, ValueError):
+            start = seconds(start, "start")
+        except (TypeError, ValueError, OverflowError):
             self._closed = True  # nothing was opened: asyncio's __del__ must not look for it
             raise
         self._virtual = _VirtualSelector(start)

@@ -1,0 +1,291 @@
+"""DriverBase: what ThreadedScheduler and AsyncScheduler share, so that a driver adds only where a run
+executes and how its waiting loop is woken.
+
+The base holds the engine (a Scheduler, bound to the driver) and owns the lifecycle (new, running, closed),
+the validation of the constructor's and schedule()'s arguments, the forwarding of the scheduling and
+introspection methods to the engine under the driver's lock, and the policy for a clock that fails. A
+driver implements the engine's Driver protocol (execute, wake, timed_out), start() and close(), and
+the loop that calls engine.drain().
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._clock import Clock
+from ._scheduler import Run, Scheduler, TimerStore, log_safely
+from ._types import (
+    AlreadyRunningError,
+    ClockError,
+    ClosedError,
+    JobEvent,
+    Missed,
+    NotStartedError,
+    RepeatMode,
+    RunOptions,
+    Stats,
+    TimerInfo,
+)
+from ._validate import boolean, callable_or_none, member
+
+__all__ = ["DriverBase", "Lifecycle"]
+
+
+class Lifecycle(enum.Enum):
+    """A driver's life: new, running, closed; never back."""
+
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class DriverBase:
+    """The shared half of a driver: lifecycle, validation, forwarding, and the failing-clock policy.
+
+    Subclasses set `_PROPAGATE` (what a user callback may raise through the driver: nothing on threads
+    that must never die), call `_make_engine()` once they know their clock, and implement execute(),
+    wake() and timed_out() (the engine's Driver protocol).
+    """
+
+    _PROPAGATE: tuple[type[BaseException], ...] = ()
+
+    def __init__(
+        self,
+        *,
+        store: TimerStore | None,
+        resolution: float | None,
+        slots: int | None,
+        levels: int | None,
+        missed: Missed,
+        observer: Callable[[JobEvent], object] | None,
+        error_handler: Callable[[int, BaseException], object] | None,
+        logger: logging.Logger | None,
+    ) -> None:
+        member(missed, Missed, "missed")
+        callable_or_none(observer, "observer")
+        callable_or_none(error_handler, "error_handler")
+        if logger is not None and not isinstance(logger, logging.Logger):
+            raise TypeError(f"logger must be a logging.Logger or None, not {type(logger).__name__}")
+        self._engine_kwargs: dict[str, Any] = {
+            "store": store,
+            "resolution": resolution,
+            "slots": slots,
+            "levels": levels,
+            "observer": observer,
+            "error_handler": error_handler,
+            "logger": logger,
+            "propagate": self._PROPAGATE,
+        }
+        self._missed = missed
+        self._logger = logger or logging.getLogger("timerwheel")
+        # One reentrant lock guards everything: an observer or an error handler may call back in.
+        self._lock = threading.RLock()
+        self._state = Lifecycle.NEW
+        self._fault: BaseException | None = None  # why the clock cannot be read just now, or None
+        self._clock_errors = 0
+        self._engine: Scheduler
+
+    def _make_engine(self, clock: Clock | Callable[[], float] | None) -> Scheduler:
+        """The engine on `clock`, bound to this driver (once the driver knows its clock)."""
+        engine = Scheduler(clock, **self._engine_kwargs)
+        engine.bind(self)
+        self._engine = engine
+        return engine
+
+    def __repr__(self) -> str:
+        pending = self._engine.stats().pending if hasattr(self, "_engine") else 0
+        fault = f" clock failing: {self._fault!r}" if self._fault is not None else ""
+        return f"<{type(self).__name__} {self._state.value} pending={pending}{fault}>"
+
+    # -- the engine's Driver protocol: the subclass's -------------------------------------------------
+
+    def execute(self, run: Run) -> None:
+        """Run a due job (the engine calls it from drain()): where, is the driver's choice."""
+        raise NotImplementedError
+
+    def wake(self, due: float) -> None:
+        """Something was armed at `due`: wake the driver's waiting loop if it sleeps past it."""
+        raise NotImplementedError
+
+    def timed_out(self, run: Run) -> None:
+        """A started run passed its deadline (its context's `cancelled` is set already)."""
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        """new -> running, or the error that says why not."""
+        if self._state is Lifecycle.RUNNING:
+            raise AlreadyRunningError("the scheduler is already running")
+        if self._state is Lifecycle.CLOSED:
+            raise ClosedError("the scheduler is closed: a closed scheduler cannot be started again")
+        self._state = Lifecycle.RUNNING
+
+    def _check_caller(self) -> None:
+        """A hook: AsyncScheduler refuses calls from other threads."""
+
+    def _check_running(self) -> None:
+        self._check_caller()
+        if self._state is not Lifecycle.RUNNING:
+            if self._state is Lifecycle.NEW:
+                raise NotStartedError("start() the scheduler before scheduling on it")
+            raise ClosedError("the scheduler is closed")
+
+    def _check_accepting(self) -> None:
+        """Running, and able to read its clock: new work would otherwise never run."""
+        self._check_running()
+        if self._fault is not None:
+            raise ClockError(
+                f"the scheduler cannot read its clock ({self._fault!r}): its driver retries, and work is "
+                "refused until it can, since it would not run"
+            ) from self._fault
+
+    def _clock_failed(self, exc: BaseException, retry_in: float) -> None:
+        """The driver could not read its clock: remember it (new work is refused), count it, log it."""
+        self._fault = exc
+        self._clock_errors += 1
+        log_safely(
+            self._logger,
+            self._PROPAGATE,
+            logging.ERROR,
+            "timerwheel: %s cannot read its clock (%r); retrying in %.3f s",
+            type(self).__name__,
+            exc,
+            retry_in,
+            exc_info=exc,
+        )
+
+    # -- scheduling, forwarded to the engine ----------------------------------------------------------------
+
+    def _options(self, fn: Callable[..., Any], context: bool, timeout: float | None) -> RunOptions | None:
+        boolean(context, "context")
+        coroutine = self._is_coroutine(fn)
+        if not context and timeout is None and not coroutine:
+            return None
+        return RunOptions(context=context, timeout=timeout, coroutine=coroutine)
+
+    def _is_coroutine(self, fn: Callable[..., Any]) -> bool:
+        """A hook: whether the driver runs `fn` as a coroutine (AsyncScheduler)."""
+        return False
+
+    def schedule(
+        self,
+        delay: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed | None = None,
+        context: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Run fn `delay` seconds from now, as Scheduler.schedule; return the task id. O(1).
+
+        missed defaults to the scheduler's policy. With context=True the job is called as
+        fn(ctx, *args, **kwargs) with a JobContext. With timeout, a run that lasts longer is reported (a
+        JobEvent with timed_out=True and a logged warning) and its context's `cancelled` event is set.
+
+        Raises:
+            NotStartedError / ClosedError: before start() / after stop() or close().
+            ClockError: the driver cannot read its clock just now.
+            ValueError, TypeError: as Scheduler.schedule; timeout not > 0; context not a bool.
+        """
+        options = self._options(fn, context, timeout)
+        with self._lock:
+            self._check_accepting()
+            return self._engine.schedule(
+                delay,
+                fn,
+                interval,
+                args=args,
+                kwargs=kwargs,
+                mode=mode,
+                missed=self._missed if missed is None else missed,
+                options=options,
+            )
+
+    def schedule_at(
+        self,
+        when: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed | None = None,
+        context: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Run fn at the clock time `when`, as Scheduler.schedule_at; otherwise as schedule()."""
+        options = self._options(fn, context, timeout)
+        with self._lock:
+            self._check_accepting()
+            return self._engine.schedule_at(
+                when,
+                fn,
+                interval,
+                args=args,
+                kwargs=kwargs,
+                mode=mode,
+                missed=self._missed if missed is None else missed,
+                options=options,
+            )
+
+    def cancel(self, task_id: int) -> bool:
+        """Cancel a task; once this returns True the task never starts again. As Scheduler.cancel. O(1)."""
+        with self._lock:
+            self._check_running()
+            cancelled = self._engine.cancel(task_id)
+            if cancelled:
+                self._after_cancel()
+            return cancelled
+
+    def _after_cancel(self) -> None:
+        """A hook: a task was cancelled (AsyncScheduler lets go of its loop handle when nothing is left)."""
+
+    def reschedule(self, task_id: int, delay: float) -> bool:
+        """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
+        with self._lock:
+            self._check_accepting()
+            return self._engine.reschedule(task_id, delay)
+
+    # -- introspection --------------------------------------------------------------------------------------
+
+    def next_fire_time(self, task_id: int) -> float | None:
+        """The clock time of a task's next run, or None if it is not armed."""
+        self._check_caller()
+        with self._lock:
+            return self._engine.next_fire_time(task_id) if hasattr(self, "_engine") else None
+
+    def pending(self) -> list[TimerInfo]:
+        """Every armed task, sorted by next fire time, then id."""
+        self._check_caller()
+        with self._lock:
+            return self._engine.pending() if hasattr(self, "_engine") else []
+
+    def stats(self) -> Stats:
+        """A snapshot of the counters (see Stats)."""
+        self._check_caller()
+        with self._lock:
+            if not hasattr(self, "_engine"):
+                return Stats()
+            stats = self._engine.stats()
+            return dataclasses.replace(stats, queued=self._queued(stats), clock_errors=self._clock_errors)
+
+    def _queued(self, stats: Stats) -> int:
+        """A hook: the runs waiting for a worker or a slot (the engine's count: taken, not started)."""
+        return stats.queued
+
+    @property
+    def errors(self) -> list[str]:
+        """Messages "task <id>: <message>" of failed runs, oldest first (a copy; the most recent 1000)."""
+        self._check_caller()
+        with self._lock:
+            return list(self._engine.errors) if hasattr(self, "_engine") else []
