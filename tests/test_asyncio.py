@@ -32,6 +32,9 @@ except ImportError:  # not on Windows, nor without the compare extra
     uvloop = None
 
 
+GENEROUS = 10.0  # seconds a test thread waits for another before failing instead of hanging
+
+
 def run(main: Callable[[], Coroutine[Any, Any, Any]], loop: asyncio.AbstractEventLoop | None = None) -> Any:
     """Run main() on a fresh virtual-time loop (or the given one) and close it."""
     loop = loop or VirtualTimeLoop()
@@ -390,7 +393,7 @@ def test_a_job_task_cancelled_by_someone_else_failed_with_cancelled_error() -> N
         async with AsyncScheduler() as sched:
             sched.schedule(1, job)
             await started.wait()
-            (task,) = sched._jobs.values()
+            (task,) = sched._tasks.jobs
             task.cancel()
             await asyncio.sleep(0)
             await asyncio.sleep(0)
@@ -981,6 +984,131 @@ def test_an_observer_interrupt_does_not_strand_the_waiting_runs() -> None:
         loop.run_until_complete(asyncio.sleep(10))  # the first job's finish: the observer raises through
     loop.run_until_complete(asyncio.sleep(5))  # the loop goes on: the next waiting run started regardless
     assert done == [0, 1, 2]
+    loop.run_until_complete(sched.close())
+    loop.close()
+
+
+@pytest.mark.parametrize("glitch", ["nan", "raise"])
+def test_a_loop_clock_glitch_as_a_fixed_delay_job_finishes_does_not_end_the_task(glitch: str) -> None:
+    """Found in review: the run's finish read loop.time() raw; NaN ended the task, an exception left it
+    unarmed with stats().running stuck at 1."""
+
+    class GlitchLoop(VirtualTimeLoop):
+        armed = False
+
+        def time(self) -> float:
+            if self.armed and sys._getframe(1).f_globals["__name__"].startswith("timerwheel"):
+                self.armed = False
+                if glitch == "nan":
+                    return math.nan
+                raise OSError("the clock glitched")
+            return super().time()
+
+    loop = GlitchLoop()
+    runs: list[float] = []
+
+    def job() -> None:
+        runs.append(loop.time())
+        if len(runs) == 2:
+            loop.armed = True  # the next reading, this run's finish, fails once
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            tid = sched.schedule(1, job, 1.0, mode=RepeatMode.FIXED_DELAY)
+            await asyncio.sleep(10.5)
+            stats = sched.stats()
+            assert len(runs) >= 9 and stats.running == 0 and stats.pending == 1 and sched.errors == []
+            assert sched.next_fire_time(tid) is not None
+
+    run(main, loop)
+
+
+def test_an_interrupt_while_waiting_runs_start_does_not_strand_the_rest() -> None:
+    """Found in review: an observer's KeyboardInterrupt raised while a waiting run started (its job failed
+    at once) left the runs behind it waiting for ever."""
+    raised: list[int] = []
+
+    def observer(event: JobEvent) -> None:
+        if event.error is not None and not raised:
+            raised.append(event.task_id)
+            raise KeyboardInterrupt
+
+    loop = VirtualTimeLoop()
+    ran: list[str] = []
+
+    async def a() -> None:
+        await asyncio.sleep(1)
+        ran.append("a")
+
+    async def b(missing: int) -> None:  # called without its argument: fails as it starts
+        ran.append("b")
+
+    async def c() -> None:
+        ran.append("c")
+
+    sched = AsyncScheduler(loop=loop, max_concurrency=1, observer=observer)
+    sched.start()
+    sched.schedule(0, a)
+    sched.schedule(0, b)
+    sched.schedule(0, c)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(asyncio.sleep(5))
+    loop.run_until_complete(asyncio.sleep(5))
+    assert ran == ["a", "c"] and sched.stats().queued == 0 and sched.stats().running == 0
+    loop.run_until_complete(sched.close())
+    loop.close()
+
+
+def test_an_interrupt_as_a_coroutine_fixed_delay_run_finishes_leaves_it_armed() -> None:
+    """Found in review: the FIXED_DELAY re-arm happened, but the loop handle was not brought forward."""
+    raised: list[int] = []
+
+    def observer(event: JobEvent) -> None:
+        if not raised:
+            raised.append(event.task_id)
+            raise KeyboardInterrupt
+
+    loop = VirtualTimeLoop()
+    runs: list[float] = []
+
+    async def job() -> None:
+        runs.append(loop.time())
+
+    sched = AsyncScheduler(loop=loop, observer=observer)
+    sched.start()
+    sched.schedule(1, job, 1.0, mode=RepeatMode.FIXED_DELAY)
+    with pytest.raises(KeyboardInterrupt):
+        loop.run_until_complete(asyncio.sleep(5))
+    loop.run_until_complete(asyncio.sleep(5))
+    assert len(runs) >= 5
+    loop.run_until_complete(sched.close())
+    loop.close()
+
+
+def test_calls_are_refused_after_the_loop_moved_to_another_thread() -> None:
+    """Found in review: the loop ran on the main thread first, then in a background thread; calls from
+    the main thread passed the cached thread check."""
+    loop = asyncio.new_event_loop()
+    sched = AsyncScheduler(loop=loop)
+
+    async def setup() -> TimerHandle:
+        sched.start()
+        return sched.call_later(60, print)
+
+    handle = loop.run_until_complete(setup())  # the loop ran here, on this thread
+    started = threading.Event()
+    loop.call_soon(started.set)
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        assert started.wait(GENEROUS)
+        for call in (lambda: handle.reset(5.0), lambda: sched.schedule(1, print), handle.cancel):
+            with pytest.raises(RuntimeError, match="thread"):
+                call()
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(GENEROUS)
+    assert sched.stats().pending == 0 and not handle.cancelled()
     loop.run_until_complete(sched.close())
     loop.close()
 

@@ -121,3 +121,68 @@ def test_weakref_finalize_cancels_tasks_due_together(core: ModuleType, engine: s
 @pytest.mark.parametrize("seed", range(int(os.environ.get("TIMERWHEEL_REENTRY_SEEDS", "12"))))
 def test_randomized_finalizers_against_a_model(core: ModuleType, seed: int) -> None:
     assert child("", core, core.__name__, str(seed), "400").strip() == "ok"
+
+
+def test_a_finalizer_cannot_advance_while_advance_computes_its_tick(core: ModuleType) -> None:
+    """Found in review: on 3.11 the pure-Python _tick_of allocates (int(x)'s argument tuple), so a
+    finalizer's advance() ran before the outer one marked itself as under way, and time went back."""
+    out = child(
+        textwrap.dedent(f"""
+        import gc, {core.__name__} as core
+        w = core.TimerWheel(0.01, slots=4, levels=2)
+        ids = [w.add(d, d) for d in (0.5, 2.0, 3.0, 9.0)]
+        log = []
+        class Fin:
+            def __init__(s): s.me = s
+            def __del__(s):
+                if log == ["over"]:
+                    return  # collected after the test (Cython's advance allocates nothing it could run in)
+                try:
+                    w.advance(5.0)
+                    log.append("accepted")
+                except RuntimeError:
+                    log.append("refused")
+        gc.disable(); gc.set_threshold(1); Fin()
+        keep = [(i,) for i in range(5000)]   # empty the 1-tuple free list: int(x)'s tuple is a GC allocation
+        gc.enable()
+        out = w.advance(1.0)
+        gc.disable(); gc.set_threshold(700, 10, 10)
+        assert log in ([], ["refused"]), log
+        assert w.now == 1.0 and [d for _, d in out] == [0.5]
+        w._check()
+        assert [d for _, d in w.advance(9.5)] == [2.0, 3.0, 9.0]
+        print("ok", log)
+        log[:] = ["over"]
+        """),
+        core,
+    )
+    assert out.startswith("ok")
+
+
+def test_next_due_from_a_finalizer_during_advance_is_never_a_fired_timer(core: ModuleType) -> None:
+    """Found in review: the pure-Python wheel kept its next_due cache until the end of advance()."""
+    out = child(
+        textwrap.dedent(f"""
+        import gc, {core.__name__} as core
+        w = core.TimerWheel(0.01)
+        a, b = w.add(0.5, "a"), w.add(0.9, "b")
+        c = w.add(10.0, "c")
+        assert w.next_due() == 0.5  # cached
+        seen = []
+        class Chain:  # each link, collected, makes the next: a finalizer at nearly every allocation
+            def __init__(s, n): s.n, s.me = n, s
+            def __del__(s):
+                if s.n:
+                    seen.append((w.next_due(), a in w, b in w))
+                    Chain(s.n - 1)
+        gc.disable(); gc.set_threshold(1); Chain(200); gc.enable()
+        w.advance(1.0)
+        gc.disable(); gc.set_threshold(700, 10, 10)
+        for due, a_pending, b_pending in seen:
+            assert (due == 0.5) <= a_pending and (due == 0.9) <= b_pending, seen
+        assert w.next_due() == 10.0
+        print("ok", seen)
+        """),
+        core,
+    )
+    assert out.startswith("ok")

@@ -662,6 +662,78 @@ def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backp
     assert stats.dropped == (15 if policy is Backpressure.DROP else 0)
 
 
+# -- found in review ------------------------------------------------------------------------------------
+
+
+def test_close_from_an_observer_that_stop_calls_on_the_callers_thread(clock: ManualClock) -> None:
+    """stop() drops the queued runs on the caller's thread, holding the lock; an observer told of a drop
+    that calls close() must not join the scheduler's threads from there (it deadlocked)."""
+    box: list[ThreadedScheduler] = []
+    seen: list[str] = []
+
+    def observer(event: JobEvent) -> None:
+        if event.dropped:
+            seen.append(threading.current_thread().name)
+            box[0].close()
+
+    gate = Gate()
+    s = ThreadedScheduler(clock=clock, workers=1, queue_size=1, observer=observer)
+    box.append(s)
+    s.start()
+    s.schedule(1, gate.job)
+    s.schedule(1, gate.job)  # waits in the queue: stop() drops it
+    clock.advance(1)
+    gate.wait_started(1)
+    stopper = threading.Thread(target=s.stop, name="stopper")
+    stopper.start()
+    stopper.join(GENEROUS)
+    assert not stopper.is_alive(), "stop() deadlocked"
+    gate.release.set()
+    s.close()
+    assert seen == ["stopper"] and all(not t.is_alive() for t in _threads_of(s))
+
+
+def test_the_clock_failing_while_the_driver_sleeps_is_a_clock_error() -> None:
+    """schedule()'s own clock reading fails before the driver noticed anything: ClockError, not the raw
+    error, and the driver is woken to start its back-off."""
+    clock = FlakyClock(50.0)
+    with ThreadedScheduler(clock=clock) as s:
+        tid = s.schedule(3600, print)
+        wait_until_idle(s)
+        clock.bad.extend([OSError("the clock is gone")] * 3)
+        with pytest.raises(ClockError) as info:
+            s.schedule(1, print)
+        assert isinstance(info.value.__cause__, OSError)
+        _settled_until(s, lambda: s._fault is None and not clock.bad)  # the driver noticed, and recovered
+        assert s.stats().clock_errors >= 1 and s.reschedule(tid, 1.0)
+
+
+def test_a_timeout_past_the_wheels_range_never_elapses(make: Any, clock: ManualClock) -> None:
+    """It used to make the run's deadline overflow at its start: the job never ran, and stayed running."""
+    s = make(workers=2)
+    ran: list[bool] = []
+    s.schedule(1, lambda ctx: ran.append(ctx.cancelled.is_set()), context=True, timeout=1e16)
+    clock.advance(1)
+    wait_until_idle(s)
+    assert ran == [False]
+    stats = s.stats()
+    assert (stats.executed, stats.running, stats.clock_errors) == (1, 0, 0)
+
+
+@pytest.mark.parametrize("policy", [Backpressure.DROP, Backpressure.RUN_INLINE])
+def test_every_worker_is_idle_when_start_returns(clock: ManualClock, policy: Backpressure) -> None:
+    """Runs due right after start() found workers still starting, and were dropped or run inline."""
+    gate = Gate()
+    s = ThreadedScheduler(clock=clock, workers=4, queue_size=1, backpressure=policy)
+    s.start()
+    for _ in range(5):
+        s.schedule(0, gate.job)  # due at once: 4 to the idle workers, 1 to the queue
+    gate.wait_started(4)
+    assert s.stats().dropped == 0 and sorted(gate.threads) == [f"timerwheel-worker-{i}" for i in range(4)]
+    gate.release.set()
+    s.close()
+
+
 # -- stress and real time ----------------------------------------------------------------------------
 
 

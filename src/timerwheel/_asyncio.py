@@ -14,7 +14,6 @@ import logging
 import math
 import time
 from asyncio import events
-from collections import deque
 from collections.abc import Callable
 from contextvars import Context, copy_context
 from functools import partial
@@ -23,6 +22,7 @@ from typing import Any
 
 from ._clock import Clock
 from ._driver import DriverBase, Lifecycle
+from ._pool import TaskPool
 from ._scheduler import Run, Timer, TimerStore
 from ._types import Backpressure, JobEvent, Missed, NotStartedError
 from ._validate import count, deadline, function, member
@@ -73,8 +73,7 @@ class TimerHandle(Timer):
 
     def when(self) -> float:
         """The loop time it is due at."""
-        if get_ident() != self._sched._thread:
-            self._sched._check_caller()
+        self._sched._check_caller()
         return self._when
 
     def cancel(self) -> None:
@@ -84,8 +83,7 @@ class TimerHandle(Timer):
             RuntimeError: called from another thread while the loop runs (use loop.call_soon_threadsafe).
         """
         sched = self._sched
-        if get_ident() != sched._thread:
-            sched._check_caller()
+        sched._check_caller()
         if self._state == _PENDING:
             self._state = _CANCELLED
             self._discard()
@@ -93,8 +91,7 @@ class TimerHandle(Timer):
 
     def cancelled(self) -> bool:
         """Whether cancel() was called before it ran."""
-        if get_ident() != self._sched._thread:
-            self._sched._check_caller()
+        self._sched._check_caller()
         return self._state == _CANCELLED
 
     def reset(self, delay: float) -> bool:
@@ -109,7 +106,15 @@ class TimerHandle(Timer):
         """
         sched = self._sched
         timer_id = self.id
-        if timer_id is not None and type(delay) is float and get_ident() == sched._thread:
+        if (
+            timer_id is not None
+            and type(delay) is float
+            and (
+                sched._loop._thread_id == get_ident()  # type: ignore[attr-defined]
+                if sched._exact
+                else get_ident() == sched._thread
+            )
+        ):
             # The keep-alive reset, first and lean: the live entry moves in place in the store; the loop
             # is left alone unless it moves earlier than our one loop handle.
             due = sched._time() + delay
@@ -202,14 +207,12 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
 
     def when(self) -> float | None:
         """The deadline, as asyncio's."""
-        if get_ident() != self._sched._thread:
-            self._sched._check_caller()
+        self._sched._check_caller()
         return super().when()
 
     def expired(self) -> bool:
         """Whether it expired, as asyncio's."""
-        if get_ident() != self._sched._thread:
-            self._sched._check_caller()
+        self._sched._check_caller()
         return super().expired()
 
     def reschedule(self, when: float | None) -> None:
@@ -229,7 +232,11 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
             # in place; nothing is allocated and the loop is not touched unless the deadline moves earlier
             # than our loop handle.
             sched = handle._sched
-            if get_ident() == sched._thread and when > sched._time():
+            if (
+                sched._loop._thread_id == get_ident()  # type: ignore[attr-defined]
+                if sched._exact
+                else get_ident() == sched._thread
+            ) and when > sched._time():
                 try:
                     moved = handle._store.reschedule_at(handle.id, when)
                 except (ValueError, OverflowError, TypeError):  # NaN, too far, not a number: see below
@@ -239,8 +246,7 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                     if when < sched._armed:
                         sched._arm(when)
                     return
-        if get_ident() != self._sched._thread:
-            self._sched._check_caller()
+        self._sched._check_caller()
         self._reschedule(when)
 
     def _reschedule(self, when: float | None) -> None:
@@ -402,13 +408,12 @@ class AsyncScheduler(DriverBase):
         self._limit = max_concurrency
         self._backpressure = backpressure
         self._thread: int | None = None  # the thread the loop was last seen running on
+        self._exact = False
         self._armed = math.inf  # the due our loop handle is armed at; inf: no handle
         self._handle: asyncio.TimerHandle | None = None
         self._dispatching = False  # in _on_wake: it arms the handle itself when done
         self._backoff = 0.0  # after a failed clock reading: seconds until we look again
-        self._active = 0  # coroutine jobs running
-        self._waiting: deque[Run] = deque()  # due coroutine jobs waiting for a slot (Backpressure.BLOCK)
-        self._jobs: dict[Run, asyncio.Future[Any]] = {}  # runs of coroutine jobs -> their tasks
+        self._tasks: TaskPool  # where coroutine jobs run, once bound to a loop
         self._loop: asyncio.AbstractEventLoop
         self._time: Callable[[], float]
         loop = loop or _get_running_loop()
@@ -421,10 +426,14 @@ class AsyncScheduler(DriverBase):
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
         # loop.time() itself, or time.monotonic when that is all loop.time() does (asyncio's own loops):
         # the same values, without a Python-level call on every schedule and reset.
         self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self._make_engine(_LoopClock(self._time))
+        self._tasks = TaskPool(
+            loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -455,22 +464,13 @@ class AsyncScheduler(DriverBase):
             self._handle.cancel()
             self._handle = None
         self._armed = math.inf
-        while self._waiting:
-            run = self._waiting.popleft()
-            if run.cancelled:
-                run.forget()
-            else:
-                run.drop()
+        jobs = self._tasks.close()
+        self._engine.discard()
         for timer in self._engine.release_timers():
             if isinstance(timer, TimerHandle):
                 timer._fallback = self._loop.call_at(timer._when, timer._on_loop)
-        me = asyncio.current_task()
-        jobs = [job for job in self._jobs.values() if job is not me]
-        for job in jobs:
-            job.cancel()
         if jobs:
             await asyncio.gather(*jobs, return_exceptions=True)
-        self._engine.discard()
 
     aclose = close
 
@@ -482,10 +482,25 @@ class AsyncScheduler(DriverBase):
         await self.close()
 
     def _check_caller(self) -> None:
-        """Raise if the loop runs in another thread; remember this thread if the loop runs in it."""
+        """Raise if the loop runs in another thread; remember this thread if the loop runs in it.
+
+        asyncio's own loops record the thread they run on (loop._thread_id): the check is exact. Other
+        loops (uvloop) are asked whether they run here, unless the caller is on the thread the loop was
+        last seen running on.
+        """
         if not hasattr(self, "_loop"):
             return
         loop = self._loop
+        if self._exact:
+            tid = loop._thread_id  # type: ignore[attr-defined]
+            if tid is None or tid == get_ident():
+                return
+            raise RuntimeError(
+                "AsyncScheduler is not thread-safe: call it from its event loop's thread "
+                "(from another thread, use loop.call_soon_threadsafe)"
+            )
+        if get_ident() == self._thread:
+            return
         if _get_running_loop() is loop:
             self._thread = get_ident()
         elif loop.is_running():
@@ -555,8 +570,7 @@ class AsyncScheduler(DriverBase):
     def _timeout_loop(self) -> asyncio.AbstractEventLoop:
         if self._state is Lifecycle.NEW:
             raise NotStartedError("start() the scheduler before using its timeouts")
-        if get_ident() != self._thread:
-            self._check_caller()
+        self._check_caller()
         return self._loop
 
     def call_later(
@@ -685,23 +699,9 @@ class AsyncScheduler(DriverBase):
 
     def execute(self, run: Run) -> None:
         """A due run: a plain job inline; a coroutine job as a task, within max_concurrency."""
-        if not run.options.coroutine:
-            self._run_plain(run)
-        elif self._limit is not None and self._active >= self._limit:
-            if self._backpressure is Backpressure.DROP:
-                run.drop()
-            else:
-                self._waiting.append(run)  # waits for a slot, in due order (one per recurring task)
-        else:
-            self._start(run)
-
-    def timed_out(self, run: Run) -> None:
-        """A coroutine job past its timeout: its task is cancelled (the run fails with TimeoutError)."""
-        job = self._jobs.get(run)
-        if job is not None:
-            job.cancel()
-
-    def _run_plain(self, run: Run) -> None:
+        if run.options.coroutine:
+            self._tasks.submit(run)
+            return
         run.start()
         try:
             result = run.call()
@@ -712,46 +712,10 @@ class AsyncScheduler(DriverBase):
             run.finish(exc)
             return
         if result is not None and inspect.isawaitable(result):
-            self._start_task(run, result)
+            self._tasks.adopt(run, result)
         else:
             run.finish(None)
 
-    def _start(self, run: Run) -> None:
-        run.start()
-        try:
-            coro = run.call()
-        except BaseException as exc:  # the coroutine function raised before making a coroutine
-            run.finish(exc)
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            return
-        self._start_task(run, coro)
-
-    def _start_task(self, run: Run, awaitable: Any) -> None:
-        job = asyncio.ensure_future(awaitable, loop=self._loop)
-        self._active += 1
-        self._jobs[run] = job
-        job.add_done_callback(partial(self._job_done, run))
-
-    def _job_done(self, run: Run, job: asyncio.Future[Any]) -> None:
-        del self._jobs[run]
-        self._active -= 1
-        error: BaseException | None
-        if not job.cancelled():
-            error = job.exception()
-        elif run.timed_out:
-            error = TimeoutError(f"task {run.task_id} ran past its timeout of {run.options.timeout} s")
-        else:  # cancelled by close(): not a failure; cancelled by anyone else: the run failed with it
-            error = None if self._state is Lifecycle.CLOSED else asyncio.CancelledError()
-        try:
-            run.finish(error)
-        finally:  # even when an observer's KeyboardInterrupt goes through: the waiting runs start
-            self._start_waiting()
-
-    def _start_waiting(self) -> None:
-        while self._waiting and self._active < (self._limit or 0) and self._state is Lifecycle.RUNNING:
-            run = self._waiting.popleft()
-            if run.cancelled:
-                run.forget()  # its task was cancelled while it waited
-            else:
-                self._start(run)
+    def timed_out(self, run: Run) -> None:
+        """A coroutine job past its timeout: its task is cancelled (the run fails with TimeoutError)."""
+        self._tasks.cancel(run)

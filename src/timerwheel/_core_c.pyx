@@ -669,18 +669,20 @@ cdef class TimerWheel:
             RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
         """
         cdef double t = _seconds(now, "now")
-        if t < self._now:
-            raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
-        cdef int64_t target = self._tick_of(t, "now")
-        if self._advancing:
-            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
-        cdef list taken = []            # id, item, id, item, ...: the timers taken, their entries freed
+        cdef int64_t target
+        cdef list taken                 # id, item, id, item, ...: the timers taken, their entries freed
         cdef int64_t tick = 0
         cdef int bucket
         cdef Py_ssize_t i
         cdef uint64_t limit = self._seq
+        if self._advancing:   # set before anything that could call out, as in the Python twin
+            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
         self._advancing = True
         try:
+            if t < self._now:
+                raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
+            target = self._tick_of(t, "now")
+            taken = []
             self._expire_current(t, limit, taken)
             while True:
                 bucket = self._next_event(&tick)

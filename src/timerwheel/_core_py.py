@@ -647,6 +647,8 @@ class TimerWheel:
             if entry.gen != gen or entry.seq != seq or entry.bucket != self._current:
                 continue  # cancelled or moved by a finalizer meanwhile: not this timer any more
             del lst[idx]
+            if self._min_valid and entry.due <= self._min_due:  # a finalizer's next_due() must not see it
+                self._min_valid = False
             item = entry.item
             entry.item = None
             entry.gen = gen + 1  # from here its id is stale: a cancel() of it returns False
@@ -671,13 +673,15 @@ class TimerWheel:
             RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
         """
         now = _seconds(now, "now")
-        if now < self._now:
-            raise ValueError(f"now must not go backwards: {now!r} < wheel.now {self._now!r}")
-        target = self._tick_of(now, "now")
+        # The flag is set before anything else that calls out (the tick computation may allocate): a
+        # finalizer's advance() during it must be refused, not move time under this one.
         if self._advancing:
             raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
         self._advancing = True
         try:
+            if now < self._now:
+                raise ValueError(f"now must not go backwards: {now!r} < wheel.now {self._now!r}")
+            target = self._tick_of(now, "now")
             fired: list[tuple[int, Any]] = []
             limit = self._seq
             self._expire_current(now, limit, fired)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -199,16 +200,20 @@ class DriverBase:
         options = self._options(fn, context, timeout)
         with self._lock:
             self._check_accepting()
-            return self._engine.schedule(
-                delay,
-                fn,
-                interval,
-                args=args,
-                kwargs=kwargs,
-                mode=mode,
-                missed=self._missed if missed is None else missed,
-                options=options,
-            )
+            try:
+                return self._engine.schedule(
+                    delay,
+                    fn,
+                    interval,
+                    args=args,
+                    kwargs=kwargs,
+                    mode=mode,
+                    missed=self._missed if missed is None else missed,
+                    options=options,
+                )
+            except Exception as exc:
+                self._refuse_if_the_clock_fails(exc)
+                raise
 
     def schedule_at(
         self,
@@ -227,16 +232,20 @@ class DriverBase:
         options = self._options(fn, context, timeout)
         with self._lock:
             self._check_accepting()
-            return self._engine.schedule_at(
-                when,
-                fn,
-                interval,
-                args=args,
-                kwargs=kwargs,
-                mode=mode,
-                missed=self._missed if missed is None else missed,
-                options=options,
-            )
+            try:
+                return self._engine.schedule_at(
+                    when,
+                    fn,
+                    interval,
+                    args=args,
+                    kwargs=kwargs,
+                    mode=mode,
+                    missed=self._missed if missed is None else missed,
+                    options=options,
+                )
+            except Exception as exc:
+                self._refuse_if_the_clock_fails(exc)
+                raise
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task; once this returns True the task never starts again. As Scheduler.cancel. O(1)."""
@@ -254,7 +263,24 @@ class DriverBase:
         """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
         with self._lock:
             self._check_accepting()
-            return self._engine.reschedule(task_id, delay)
+            try:
+                return self._engine.reschedule(task_id, delay)
+            except Exception as exc:
+                self._refuse_if_the_clock_fails(exc)
+                raise
+
+    def _refuse_if_the_clock_fails(self, exc: Exception) -> None:
+        """A call failed: if the clock is what fails (read again now), say so with ClockError, and wake
+        the driver so that it notices and backs off; else let the call's own error through."""
+        try:
+            self._engine.now()
+        except Exception as clock_error:
+            self._fault = clock_error
+            self.wake(-math.inf)
+            raise ClockError(
+                f"the scheduler cannot read its clock ({clock_error!r}): work is refused until it can, "
+                "since it would not run"
+            ) from clock_error
 
     # -- introspection --------------------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""The worker pool of ThreadedScheduler: N threads, a bounded queue of due runs, and a backpressure policy.
+"""Where runs execute beyond the driver's own thread: ThreadedScheduler's WorkerPool (N threads, a bounded
+queue of due runs, a backpressure policy) and AsyncScheduler's TaskPool (coroutine jobs as tasks, within
+max_concurrency).
 
-The pool shares its owner's lock: every method here is called with that lock held, and the workers take it
-to pick up a run and to report it. Jobs themselves run with the lock released.
+The WorkerPool shares its owner's lock: every method of it is called with that lock held, and the workers
+take it to pick up a run and to report it. Jobs themselves run with the lock released.
 
 A due run goes to an idle worker without taking a place in the queue: the pool holds at most
 (idle workers + queue_size) runs that no worker has picked up yet, and `queued` counts only those beyond
@@ -15,12 +17,16 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # asyncio is imported by TaskPool itself, on first use: `import timerwheel` stays light
+    import asyncio
 
 from ._scheduler import Run
 from ._types import Backpressure
 
-__all__ = ["WorkerPool"]
+__all__ = ["TaskPool", "WorkerPool"]
 
 
 class WorkerPool:
@@ -66,9 +72,13 @@ class WorkerPool:
         ]
 
     def start(self) -> None:
-        """Start the worker threads."""
+        """Start the worker threads, and wait until each waits for work (lock held; released meanwhile):
+        from then on a due run finds every worker idle, and none is dropped because one was still
+        starting."""
         for thread in self._threads:
             thread.start()
+        while self._idle < len(self._threads):
+            self._has_room.wait()
 
     @property
     def queued(self) -> int:
@@ -139,3 +149,122 @@ class WorkerPool:
                 finally:
                     self.active -= 1
                     self._on_idle()
+
+
+class TaskPool:
+    """AsyncScheduler's coroutine jobs: each run an asyncio task, at most `limit` at once (None: no bound).
+
+    The asyncio peer of WorkerPool. A due run beyond the bound waits for a free slot, in the order it was
+    handed over (Backpressure.BLOCK; the engine keeps at most one waiting run per recurring task), or is
+    dropped (Backpressure.DROP). A waiting run whose task was cancelled is skipped. Whatever a run's
+    finish() lets through (an observer's KeyboardInterrupt), the runs waiting behind it still start, at
+    the loop's next iteration.
+
+    Args:
+        loop: the event loop.
+        limit: most coroutine jobs running at once; None for no bound.
+        backpressure: BLOCK or DROP.
+        running: whether the scheduler still runs (once not, cancelled jobs are not failures and no
+            waiting run starts).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        limit: int | None,
+        backpressure: Backpressure,
+        running: Callable[[], bool],
+    ) -> None:
+        import asyncio
+
+        self._asyncio = asyncio
+        self._loop = loop
+        self._limit = limit
+        self._backpressure = backpressure
+        self._running = running
+        self._active = 0  # jobs running
+        self._waiting: deque[Run] = deque()  # runs waiting for a slot
+        self._jobs: dict[Run, asyncio.Future[Any]] = {}  # runs of coroutine jobs -> their tasks
+
+    @property
+    def jobs(self) -> list[asyncio.Future[Any]]:
+        """The tasks of the jobs running now."""
+        return list(self._jobs.values())
+
+    def submit(self, run: Run) -> None:
+        """Start a due coroutine job's run as a task, or make it wait for a slot, or drop it."""
+        if self._limit is not None and self._active >= self._limit:
+            if self._backpressure is Backpressure.DROP:
+                run.drop()
+            else:
+                self._waiting.append(run)
+        else:
+            self._start(run)
+
+    def adopt(self, run: Run, awaitable: Any) -> None:
+        """A started run whose job returned an awaitable: it ends when that does (not bounded: it is
+        known to be one only after the call)."""
+        job = self._asyncio.ensure_future(awaitable, loop=self._loop)
+        self._active += 1
+        self._jobs[run] = job
+        job.add_done_callback(partial(self._done, run))
+
+    def cancel(self, run: Run) -> None:
+        """Cancel the task of a running run (its timeout passed)."""
+        job = self._jobs.get(run)
+        if job is not None:
+            job.cancel()
+
+    def close(self) -> list[asyncio.Future[Any]]:
+        """Drop the waiting runs (forget those of cancelled tasks), cancel the running jobs, and return
+        their tasks to wait for."""
+        while self._waiting:
+            run = self._waiting.popleft()
+            if run.cancelled:
+                run.forget()
+            else:
+                run.drop()
+        me = self._asyncio.current_task()
+        jobs = [job for job in self._jobs.values() if job is not me]
+        for job in jobs:
+            job.cancel()
+        return jobs
+
+    def _start(self, run: Run) -> None:
+        run.start()
+        try:
+            coro = run.call()
+        except BaseException as exc:  # the coroutine function raised before making a coroutine
+            run.finish(exc)
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            return
+        self.adopt(run, coro)
+
+    def _done(self, run: Run, job: asyncio.Future[Any]) -> None:
+        del self._jobs[run]
+        self._active -= 1
+        error: BaseException | None
+        if not job.cancelled():
+            error = job.exception()
+        elif run.timed_out:
+            error = TimeoutError(f"task {run.task_id} ran past its timeout of {run.options.timeout} s")
+        else:  # cancelled by close(): not a failure; cancelled by anyone else: the run failed with it
+            error = self._asyncio.CancelledError() if self._running() else None
+        try:
+            run.finish(error)
+        finally:  # even when an observer's KeyboardInterrupt goes through: the waiting runs start
+            self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        while self._waiting and self._active < (self._limit or 0) and self._running():
+            run = self._waiting.popleft()
+            if run.cancelled:
+                run.forget()  # its task was cancelled while it waited
+                continue
+            try:
+                self._start(run)
+            except BaseException:  # through, to the loop; the runs behind it start at its next iteration
+                if self._waiting:
+                    self._loop.call_soon(self._start_waiting)
+                raise

@@ -142,7 +142,7 @@ class _Task:
         self.last_call = 0  # the drain() call that last took it: at most one run per call
         self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
 
-    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+    def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.timer_id != timer_id or not self.live:
             return 0  # cancelled or moved by an earlier item of this batch (or by a finalizer)
         self.timer_id = None
@@ -151,7 +151,7 @@ class _Task:
             return 0
         return engine._fire(self, now, driver)
 
-    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+    def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain()
             self.timer_id = None
             engine._deferred.append(self)
@@ -180,7 +180,7 @@ class Run:
         "timed_out",
     )
 
-    def __init__(self, engine: Scheduler, task: _Task, scheduled_for: float) -> None:
+    def __init__(self, engine: _Engine, task: _Task, scheduled_for: float) -> None:
         self._engine = engine
         self.task = task
         self.scheduled_for = scheduled_for
@@ -222,7 +222,30 @@ class Run:
     def start(self) -> float:
         """The job is about to be called: count it (Stats.executed counts runs started), arm its deadline.
         Returns the start time."""
-        return self._engine._start(self)
+        engine = self._engine
+        task = self._leave_waiting()
+        self._state = _STARTED
+        engine._executed += 1
+        if task.interval is None and engine._tasks.get(task.id) is task:
+            task.live = False
+            del engine._tasks[task.id]  # a one-shot is finished once it starts
+        try:
+            self.started_at = engine.now()
+        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
+            self.started_at = engine._latest
+        timeout = task.options.timeout
+        if timeout is not None:
+            deadline = _Deadline(self, self.started_at + timeout)
+            try:
+                deadline.id = engine._store.add_at(deadline.due, deadline)
+            except OverflowError:  # a deadline beyond the store's range: it never elapses
+                pass
+            else:
+                self.deadline = deadline
+                engine._others += 1
+                if not engine._draining:
+                    engine._driver.wake(deadline.due)
+        return self.started_at
 
     def call(self) -> Any:
         """Call the job with its arguments (and its context first, for context=True); no error handling."""
@@ -235,15 +258,80 @@ class Run:
 
     def finish(self, error: BaseException | None = None) -> None:
         """The job returned (error None) or raised: account for it, report it, re-arm FIXED_DELAY."""
-        self._engine._finish(self, error)
+        if self._state != _STARTED:
+            raise RuntimeError(f"{self!r} was not started, or finished already")
+        self._state = _DONE
+        engine = self._engine
+        finished = engine._reading(self.started_at)
+        task = self.task
+        task.running -= 1
+        engine._running -= 1
+        deadline = self.deadline
+        if deadline is not None and deadline.id is not None:
+            engine._store.cancel(deadline.id)  # False while drain() holds it: it is skipped there
+            deadline.id = None
+            engine._others -= 1
+        timeout = task.options.timeout
+        timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
+        if error is not None:
+            engine._failed += 1
+        if task.mode is RepeatMode.FIXED_DELAY:
+            engine._rearm_after(task, finished)
+        reports = engine._reports
+        reports.event(
+            task.id, self.scheduled_for, self.started_at, finished, error=error, timed_out=timed_out
+        )
+        if error is not None:
+            reports.error(task.id, error)
+        reports.warn(task, finished - self.started_at, timed_out)
 
     def drop(self) -> None:
-        """The run will not be executed (backpressure, or the scheduler closing): counted and reported."""
-        self._engine._drop(self)
+        """The run will not be executed (backpressure, or the scheduler closing): counted and reported.
+        A no-op for a run forgotten already (its task was cancelled)."""
+        if self._state == _CANCELLED:
+            return
+        engine = self._engine
+        task = self._leave_waiting()
+        self._state = _DONE
+        task.running -= 1
+        engine._running -= 1
+        engine._dropped += 1
+        if task.interval is None and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
+            task.live = False
+            del engine._tasks[task.id]
+        now = engine._reading(engine._latest)
+        if task.mode is RepeatMode.FIXED_DELAY:
+            engine._rearm_after(task, now)
+        engine._reports.event(task.id, self.scheduled_for, now, now, dropped=True)
 
     def forget(self) -> None:
-        """Its task was cancelled while it waited: it will not start, and counts nowhere."""
-        self._engine._forget(self)
+        """Its task was cancelled while it waited: it will not start, and counts nowhere. Idempotent."""
+        if self._state == _CANCELLED:
+            return
+        task = self._leave_waiting()
+        self._state = _CANCELLED
+        task.running -= 1
+        self._engine._running -= 1
+
+    def _leave_waiting(self) -> _Task:
+        """A taken run starts, or will not: it waits no more."""
+        if self._state != _TAKEN:
+            raise RuntimeError(f"{self!r} was started, finished or dropped already")
+        task = self.task
+        if task.waiting is self:
+            task.waiting = None
+        self._engine._waiting -= 1
+        return task
+
+    def _time_out(self, driver: Driver) -> None:
+        """Its deadline passed (drain() found it): say so, tell the job, tell the driver."""
+        if self._state != _STARTED:
+            return
+        self.timed_out = True
+        if self.context is not None:
+            self.context.timed_out = True
+            self.context.cancelled.set()
+        driver.timed_out(self)
 
 
 class _Deadline:
@@ -256,14 +344,14 @@ class _Deadline:
         self.due = due
         self.id: int | None = None
 
-    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+    def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:
             self.id = None
             engine._others -= 1
-            engine._time_out(self.run, driver)
+            self.run._time_out(driver)
         return 0
 
-    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+    def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.id == timer_id:
             self.id = engine._store.add_at(self.due, self)
 
@@ -286,7 +374,7 @@ class Timer:
     def fire(self) -> None:
         """Its due came (it is out of the store): do its work."""
 
-    def _due(self, engine: Scheduler, timer_id: int, now: float, driver: Driver) -> int:
+    def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:  # not cancelled or moved by an earlier item of this batch
             self.id = None
             engine._others -= 1
@@ -298,7 +386,7 @@ class Timer:
                 engine._log(logging.ERROR, "timerwheel: a timer's callback raised (%r)", exc, exc_info=exc)
         return 0
 
-    def _put_back(self, engine: Scheduler, timer_id: int) -> None:
+    def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.id == timer_id:
             self.id = engine._store.add_at(self.due, self)
 
@@ -431,76 +519,11 @@ class _Reports:
             self.log(logging.ERROR, f"timerwheel: {what}; ignored", *about, exc_info=exc)
 
 
-class Scheduler:
-    """The job engine: schedule, cancel and reschedule jobs in O(1) on a TimerWheel; run them when due.
-
-    Deterministic and tick-driven: nothing runs until something calls run_pending(), which reads the clock
-    once and runs every task due by then (or a driver calls drain()). The rules, exactly:
-
-    1. Task ids are 1, 2, 3, ... in the order scheduled.
-    2. A task scheduled at clock time t with delay d is due at exactly t + d. run_pending() reads the clock
-       once, at its start, and runs every task due at or before that now, earliest due first; equal dues run
-       in the order scheduled. A recurring task is re-armed once the executor has taken its run: here,
-       where jobs run inline, when the job has returned (so a task that the job schedules for the same due
-       as its own next run comes first); under a driver that runs jobs elsewhere, when the run is handed
-       over (so FIXED_RATE runs may overlap). The re-arm counts as scheduled at that moment. A job that
-       cancelled or rescheduled its own task is not re-armed again.
-    3. A one-shot task is removed once its run starts. A recurring task (interval given) is re-armed for
-       due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
-       Missed.SKIP: the first point of the grid first_due + k * interval after now). A re-arm is always
-       after now, however small the interval. A recurring task runs at most once per run_pending() call:
-       missed runs are never replayed in a burst (and a recurring task that a job moves to a due at or
-       before now runs at the next call). Under a driver, a recurring task has at most one run waiting
-       for a worker or a slot: a fire while one waits is dropped and counted.
-    4. A job that raises an Exception is recorded in `errors` as "task <id>: <message>" and the others go
-       on; a recurring job that failed is still re-armed. Other BaseExceptions (KeyboardInterrupt,
-       SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
-    5. A job may cancel itself or any other task; a task cancelled by an earlier job of the same call does
-       not run, and a recurring job that cancels itself is not re-armed. A run that has been taken but
-       not started (under a driver: waiting for a worker or a slot) can still be cancelled.
-    6. A task that a job schedules with a due at or before the call's now runs in the same call, after the
-       tasks already due.
-    7. cancel and reschedule are O(1).
-    8. delay < 0, interval <= 0, or a non-finite delay, when or interval: ValueError; fn not callable:
-       TypeError; a call that raised schedules nothing.
-
-    Time never goes backwards in here: a clock read earlier than an earlier read counts as that earlier
-    read. A clock that steps back (a wall clock given by mistake) therefore delays what is scheduled
-    meanwhile by up to the step; nothing ever runs before its delay has elapsed on the clock.
-
-    Repeat modes (RepeatMode): FIXED_RATE (default) keeps the grid due, due + interval, ...; FIXED_DELAY
-    re-arms `interval` after the run finished (clock read when the job returns); SKIP_IF_RUNNING keeps the
-    grid but skips, and counts, a fire while the previous run is still going. Jobs run inline here, so
-    runs never overlap; the modes matter under the drivers, which run jobs concurrently.
-
-    A finalizer that the garbage collector runs in the middle of any call (a `weakref.finalize` that
-    cancels the timer of a dead connection) may call back in: it finds the scheduler consistent.
-
-    Not thread-safe: use ThreadedScheduler to schedule from several threads.
-
-    Args:
-        clock: a Clock, or a callable returning monotonic seconds (default time.monotonic).
-        store: the timer store (default: a TimerWheel with this resolution, slots and levels).
-        resolution: seconds per tick of the TimerWheel (not with `store`).
-        slots: slots per level of the TimerWheel (not with `store`).
-        levels: levels of the TimerWheel (not with `store`).
-        observer: called with a JobEvent for every run, drop and skip.
-        error_handler: called with (task_id, exception) when a job raises.
-        logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
-        propagate: what an observer, an error handler, a logger or a plain timer's callback may raise
-            through run_pending() (default KeyboardInterrupt and SystemExit; the rest is logged).
-
-    Example:
-        >>> from timerwheel.testing import ManualClock
-        >>> clock = ManualClock()
-        >>> sched = Scheduler(clock)
-        >>> sched.schedule(2.0, print, args=("rotate logs",))
-        1
-        >>> clock.advance(2.0)
-        2.0
-        >>> sched.run_pending()
-        rotate logs
-        1
+class _Engine:
+    """The engine's machinery, under Scheduler's API: the store and the clock, drain(), the arming of
+    tasks and plain timers, and introspection. Drivers reach it through the documented methods (now(),
+    drain(), next_due(), bind(), add_timer(), move_timer(), cancel_timer(), release_timers(), discard());
+    the rules are written in Scheduler's docstring.
     """
 
     def __init__(
@@ -591,163 +614,15 @@ class Scheduler:
             self._latest = now
         return self._latest
 
-    # -- scheduling -----------------------------------------------------------------------------------
-
-    def schedule(
-        self,
-        delay: float,
-        fn: Callable[..., Any],
-        interval: float | None = None,
-        *,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        mode: RepeatMode = RepeatMode.FIXED_RATE,
-        missed: Missed = Missed.DELAY,
-        options: RunOptions | None = None,
-    ) -> int:
-        """Run fn(*args, **kwargs) `delay` seconds from now (the clock read now); return the task id. O(1).
-
-        With `interval`, the task repeats every `interval` seconds after that, as `mode` and `missed` say.
-        `options` (RunOptions) gives the job a context or a timeout.
-
-        Raises:
-            ValueError: delay < 0, interval <= 0, or either not finite.
-            TypeError: fn is not callable, or an argument has the wrong type.
-        """
-        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
-            delay = seconds(delay, "delay")
-            if delay < 0:
-                raise ValueError(f"delay must be >= 0, got {delay!r}")
-        return self._add(self.now() + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
-
-    def schedule_at(
-        self,
-        when: float,
-        fn: Callable[..., Any],
-        interval: float | None = None,
-        *,
-        args: Iterable[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        mode: RepeatMode = RepeatMode.FIXED_RATE,
-        missed: Missed = Missed.DELAY,
-        options: RunOptions | None = None,
-    ) -> int:
-        """Run fn at the clock time `when` (a past `when` runs at the next run_pending()); as schedule().
-
-        Raises:
-            ValueError: when is not finite; interval <= 0 or not finite.
-            TypeError: fn is not callable, or an argument has the wrong type.
-        """
-        return self._add(seconds(when, "when"), fn, interval, args, kwargs, mode, missed, options, "when")
-
-    def _add(
-        self,
-        due: float,
-        fn: Callable[..., Any],
-        interval: float | None,
-        args: Iterable[Any],
-        kwargs: Mapping[str, Any] | None,
-        mode: RepeatMode,
-        missed: Missed,
-        options: RunOptions | None,
-        name: str,
-    ) -> int:
-        function(fn, "fn")
-        if interval is not None:
-            interval = seconds(interval, "interval")
-            if interval <= 0:
-                raise ValueError(f"interval must be > 0, got {interval!r}")
-        member(mode, RepeatMode, "mode")
-        member(missed, Missed, "missed")
-        if options is None:
-            options = _NO_OPTIONS
-        elif not isinstance(options, RunOptions):
-            raise TypeError(f"options must be a RunOptions or None, not {type(options).__name__}")
-        if type(args) is not tuple:
-            if isinstance(args, (str, bytes)):
-                raise TypeError("args must be an iterable of arguments, not a string")
-            args = tuple(args)
-        kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
-        # The id is taken before anything that allocates: a finalizer that the GC runs meanwhile may
-        # schedule too, and must get the next one. It is given back if the call fails (and nothing took
-        # a later one), so that a call that raised takes no id.
-        task_id = self._last_id + 1
-        self._last_id = task_id
+    def _reading(self, fallback: float) -> float:
+        """now(), or `fallback` if the clock fails just now (the caller's work still gets accounted for; a
+        driver notices the clock at its next pass)."""
         try:
-            task = _Task(task_id, fn, interval, args, kw, mode, missed, due, options)
-            timer_id = self._store.add_at(due, task)
-        except BaseException as exc:
-            if self._last_id == task_id:
-                self._last_id = task_id - 1
-            if isinstance(exc, OverflowError):  # a due out of the store's range: nothing changed
-                raise OverflowError(f"{name} is too far ahead: {exc}") from None
-            raise
-        task.timer_id = timer_id
-        self._tasks[task_id] = task
-        if not self._draining:
-            self._driver.wake(due)
-        return task_id
+            return self.now()
+        except Exception:
+            return max(fallback, self._latest)
 
-    def cancel(self, task_id: int) -> bool:
-        """Cancel a task: it will not start again. O(1).
-
-        Returns:
-            True if the task was scheduled, or its run taken and not started; False if unknown, finished
-            (a one-shot whose run has started counts as finished) or already cancelled.
-        """
-        if type(task_id) is not int:
-            identifier(task_id, "task_id")
-        task = self._tasks.pop(task_id, None)
-        if task is None:
-            return False
-        task.live = False
-        timer_id = task.timer_id
-        task.timer_id = None
-        if timer_id is not None:
-            self._store.cancel(timer_id)  # False when just taken: drain() sees the task is not live
-        if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
-            self._forget(task.waiting)
-        self._cancelled += 1
-        return True
-
-    def reschedule(self, task_id: int, delay: float) -> bool:
-        """Move a task's next run to `delay` seconds from now (clock read now). O(1).
-
-        A recurring task then goes on from there: its grid (for Missed.SKIP) starts at the new due.
-
-        Returns:
-            True if the task was scheduled; False (and nothing changes) if unknown, finished or cancelled.
-
-        Raises:
-            ValueError: delay < 0 or not finite.
-        """
-        if type(task_id) is not int:
-            identifier(task_id, "task_id")
-        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
-            delay = seconds(delay, "delay")
-            if delay < 0:
-                raise ValueError(f"delay must be >= 0, got {delay!r}")
-        task = self._tasks.get(task_id)
-        if task is None:
-            return False
-        due = self.now() + delay
-        timer_id = task.timer_id
-        try:
-            if timer_id is None or not self._store.reschedule_at(timer_id, due):
-                # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
-                timer_id = self._store.add_at(due, task)
-                if not task.live:  # cancelled by a finalizer while the store worked
-                    self._store.cancel(timer_id)
-                    return True
-                task.timer_id = timer_id
-        except OverflowError as exc:  # raised before anything changed
-            raise OverflowError(f"delay is too far ahead: {exc}") from None
-        task.due = task.first_due = due
-        if not self._draining:
-            self._driver.wake(due)
-        return True
-
-    # -- plain timers -----------------------------------------------------------------------------------
+    # -- plain timers ------------------------------------------------------------------------------------
 
     def add_timer(self, timer: Timer, due: float) -> None:
         """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
@@ -779,21 +654,29 @@ class Scheduler:
         self._others -= 1
         return True
 
-    # -- running ----------------------------------------------------------------------------------------
+    def release_timers(self) -> list[Timer]:
+        """Take every plain timer out of the store and return them, earliest first (a driver closing hands
+        them to another clock); deadlines go too. Tasks stay (see discard())."""
+        store = self._store
+        released: list[Timer] = []
+        kept: list[_Task] = []
+        while (due := store.next_due()) is not None:
+            for _, item in store.advance(max(due, store.now)):
+                if isinstance(item, Timer):
+                    item.id = None
+                    released.append(item)
+                elif isinstance(item, _Deadline):
+                    item.id = None
+                else:
+                    item.timer_id = None
+                    kept.append(item)
+        self._others = 0
+        for task in kept:  # the store moved on to the last due: tasks go back where they were
+            if task.live:
+                self._arm(task, task.due)
+        return released
 
-    def run_pending(self) -> int:
-        """Run every task due at or before now (the clock read once, here); return how many ran.
-
-        Jobs run inline, one after the other, earliest due first. See the class docstring for the rules.
-        """
-        return self.drain(self.now(), self)
-
-    def next_run_in(self) -> float | None:
-        """Seconds until the next task (or timer) is due, never negative; None when nothing is armed."""
-        due = self._store.next_due()
-        if due is None:
-            return None
-        return max(0.0, due - self.now())
+    # -- the drain, and the arming of tasks --------------------------------------------------------------
 
     def next_due(self) -> float | None:
         """The earliest due of everything armed (tasks, plain timers, deadlines), or None. For drivers."""
@@ -926,141 +809,13 @@ class Scheduler:
         if not self._draining:
             self._driver.wake(due)
 
-    # -- the outcomes of a run (Run's methods) ------------------------------------------------------------
-
-    def _took(self, run: Run) -> _Task:
-        """A taken run leaves the waiting state (it starts, or will not)."""
-        task = run.task
-        if task.waiting is run:
-            task.waiting = None
-        self._waiting -= 1
-        return task
-
-    def _start(self, run: Run) -> float:
-        if run._state != _TAKEN:
-            raise RuntimeError(f"{run!r} was started, finished or dropped already")
-        task = self._took(run)
-        run._state = _STARTED
-        self._executed += 1
-        if task.interval is None and self._tasks.get(task.id) is task:
-            task.live = False
-            del self._tasks[task.id]  # a one-shot is finished once it starts
-        try:
-            run.started_at = self.now()
-        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
-            run.started_at = self._latest
-        timeout = task.options.timeout
-        if timeout is not None:
-            deadline = _Deadline(run, run.started_at + timeout)
-            try:
-                deadline.id = self._store.add_at(deadline.due, deadline)
-            except OverflowError:  # a timeout beyond the store's range: it never elapses
-                pass
-            else:
-                run.deadline = deadline
-                self._others += 1
-                if not self._draining:
-                    self._driver.wake(deadline.due)
-        return run.started_at
-
-    def _finish(self, run: Run, error: BaseException | None) -> None:
-        if run._state != _STARTED:
-            raise RuntimeError(f"{run!r} was not started, or finished already")
-        run._state = _DONE
-        try:
-            finished = self.now()
-        except Exception:  # the run is still accounted for (a driver will report the clock)
-            finished = max(self._latest, run.started_at)
-        task = run.task
-        task.running -= 1
-        self._running -= 1
-        deadline = run.deadline
-        if deadline is not None and deadline.id is not None:
-            self._store.cancel(deadline.id)
-            deadline.id = None
-            self._others -= 1
-        timeout = task.options.timeout
-        timed_out = run.timed_out or (timeout is not None and finished - run.started_at > timeout)
-        if error is not None:
-            self._failed += 1
-        if task.mode is RepeatMode.FIXED_DELAY and task.interval is not None:
-            self._rearm_after(task, finished)
-        self._reports.event(
-            task.id, run.scheduled_for, run.started_at, finished, error=error, timed_out=timed_out
-        )
-        if error is not None:
-            self._reports.error(task.id, error)
-        self._reports.warn(task, finished - run.started_at, timed_out)
-
-    def _drop(self, run: Run) -> None:
-        if run._state == _CANCELLED:
-            return  # forgotten when its task was cancelled: not a drop
-        if run._state != _TAKEN:
-            raise RuntimeError(f"{run!r} was started, finished or dropped already")
-        task = self._took(run)
-        run._state = _DONE
-        task.running -= 1
-        self._running -= 1
-        self._dropped += 1
-        if task.interval is None and self._tasks.get(task.id) is task:  # a dropped one-shot is over
-            task.live = False
-            del self._tasks[task.id]
-        try:
-            now = self.now()
-        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
-            now = self._latest
-        if task.mode is RepeatMode.FIXED_DELAY:
-            self._rearm_after(task, now)
-        self._reports.event(task.id, run.scheduled_for, now, now, dropped=True)
-
-    def _forget(self, run: Run) -> None:
-        if run._state == _CANCELLED:
-            return  # forgotten when its task was cancelled
-        if run._state != _TAKEN:
-            raise RuntimeError(f"{run!r} was started, finished or dropped already")
-        task = self._took(run)
-        run._state = _CANCELLED
-        task.running -= 1
-        self._running -= 1
-
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
         if task.interval is not None and task.timer_id is None and task.live:
             self._arm(task, _after(finished_at, task.interval))
 
-    def _time_out(self, run: Run, driver: Driver) -> None:
-        if run._state != _STARTED:
-            return
-        run.timed_out = True
-        if run.context is not None:
-            run.context.timed_out = True
-            run.context.cancelled.set()
-        driver.timed_out(run)
-
     def _log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
         self._reports.log(level, msg, *args, exc_info=exc_info)
-
-    def release_timers(self) -> list[Timer]:
-        """Take every plain timer out of the store and return them, earliest first (a driver closing hands
-        them to another clock); deadlines go too. Tasks stay (see discard())."""
-        store = self._store
-        released: list[Timer] = []
-        kept: list[_Task] = []
-        while (due := store.next_due()) is not None:
-            for _, item in store.advance(max(due, store.now)):
-                if isinstance(item, Timer):
-                    item.id = None
-                    released.append(item)
-                elif isinstance(item, _Deadline):
-                    item.id = None
-                else:
-                    item.timer_id = None
-                    kept.append(item)
-        self._others = 0
-        for task in kept:  # the store moved on to the last due: tasks go back where they were
-            if task.live:
-                self._arm(task, task.due)
-        return released
 
     def discard(self) -> None:
         """Forget every task (a driver closing): nothing will run, a waiting run will not start; no
@@ -1071,10 +826,10 @@ class Scheduler:
                 self._store.cancel(task.timer_id)
                 task.timer_id = None
             if task.waiting is not None:
-                self._forget(task.waiting)
+                task.waiting.forget()
         self._tasks.clear()
 
-    # -- introspection --------------------------------------------------------------------------------
+    # -- introspection -----------------------------------------------------------------------------------
 
     def next_fire_time(self, task_id: int) -> float | None:
         """The clock time of a task's next run, or None if it is not armed (unknown, finished, cancelled)."""
@@ -1108,3 +863,248 @@ class Scheduler:
             failed=self._failed,
             queued=self._waiting,
         )
+
+
+class Scheduler(_Engine):
+    """The job engine: schedule, cancel and reschedule jobs in O(1) on a TimerWheel; run them when due.
+
+    Deterministic and tick-driven: nothing runs until something calls run_pending(), which reads the clock
+    once and runs every task due by then (or a driver calls drain()). The rules, exactly:
+
+    1. Task ids are 1, 2, 3, ... in the order scheduled.
+    2. A task scheduled at clock time t with delay d is due at exactly t + d. run_pending() reads the clock
+       once, at its start, and runs every task due at or before that now, earliest due first; equal dues run
+       in the order scheduled. A recurring task is re-armed once the executor has taken its run: here,
+       where jobs run inline, when the job has returned (so a task that the job schedules for the same due
+       as its own next run comes first); under a driver that runs jobs elsewhere, when the run is handed
+       over (so FIXED_RATE runs may overlap). The re-arm counts as scheduled at that moment. A job that
+       cancelled or rescheduled its own task is not re-armed again.
+    3. A one-shot task is removed once its run starts. A recurring task (interval given) is re-armed for
+       due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
+       Missed.SKIP: the first point of the grid first_due + k * interval after now). A re-arm is always
+       after now, however small the interval. A recurring task runs at most once per run_pending() call:
+       missed runs are never replayed in a burst (and a recurring task that a job moves to a due at or
+       before now runs at the next call). Under a driver, a recurring task has at most one run waiting
+       for a worker or a slot: a fire while one waits is dropped and counted.
+    4. A job that raises an Exception is recorded in `errors` as "task <id>: <message>" and the others go
+       on; a recurring job that failed is still re-armed. Other BaseExceptions (KeyboardInterrupt,
+       SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
+    5. A job may cancel itself or any other task; a task cancelled by an earlier job of the same call does
+       not run, and a recurring job that cancels itself is not re-armed. A run that has been taken but
+       not started (under a driver: waiting for a worker or a slot) can still be cancelled.
+    6. A task that a job schedules with a due at or before the call's now runs in the same call, after the
+       tasks already due.
+    7. cancel and reschedule are O(1).
+    8. delay < 0, interval <= 0, or a non-finite delay, when or interval: ValueError; fn not callable:
+       TypeError; a call that raised schedules nothing.
+
+    Time never goes backwards in here: a clock read earlier than an earlier read counts as that earlier
+    read. A clock that steps back (a wall clock given by mistake) therefore delays what is scheduled
+    meanwhile by up to the step; nothing ever runs before its delay has elapsed on the clock.
+
+    Repeat modes (RepeatMode): FIXED_RATE (default) keeps the grid due, due + interval, ...; FIXED_DELAY
+    re-arms `interval` after the run finished (clock read when the job returns); SKIP_IF_RUNNING keeps the
+    grid but skips, and counts, a fire while the previous run is still going. Jobs run inline here, so
+    runs never overlap; the modes matter under the drivers, which run jobs concurrently.
+
+    A finalizer that the garbage collector runs in the middle of any call (a `weakref.finalize` that
+    cancels the timer of a dead connection) may call back in: it finds the scheduler consistent.
+
+    Not thread-safe: use ThreadedScheduler to schedule from several threads.
+
+    Args:
+        clock: a Clock, or a callable returning monotonic seconds (default time.monotonic).
+        store: the timer store (default: a TimerWheel with this resolution, slots and levels).
+        resolution: seconds per tick of the TimerWheel (not with `store`).
+        slots: slots per level of the TimerWheel (not with `store`).
+        levels: levels of the TimerWheel (not with `store`).
+        observer: called with a JobEvent for every run, drop and skip.
+        error_handler: called with (task_id, exception) when a job raises.
+        logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
+        propagate: what an observer, an error handler, a logger or a plain timer's callback may raise
+            through run_pending() (default KeyboardInterrupt and SystemExit; the rest is logged).
+
+    Example:
+        >>> from timerwheel.testing import ManualClock
+        >>> clock = ManualClock()
+        >>> sched = Scheduler(clock)
+        >>> sched.schedule(2.0, print, args=("rotate logs",))
+        1
+        >>> clock.advance(2.0)
+        2.0
+        >>> sched.run_pending()
+        rotate logs
+        1
+    """
+
+    # -- scheduling --------------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        delay: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed = Missed.DELAY,
+        options: RunOptions | None = None,
+    ) -> int:
+        """Run fn(*args, **kwargs) `delay` seconds from now (the clock read now); return the task id. O(1).
+
+        With `interval`, the task repeats every `interval` seconds after that, as `mode` and `missed` say.
+        `options` (RunOptions) gives the job a context or a timeout.
+
+        Raises:
+            ValueError: delay < 0, interval <= 0, or either not finite.
+            TypeError: fn is not callable, or an argument has the wrong type.
+        """
+        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+            delay = seconds(delay, "delay")
+            if delay < 0:
+                raise ValueError(f"delay must be >= 0, got {delay!r}")
+        return self._add(self.now() + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
+
+    def schedule_at(
+        self,
+        when: float,
+        fn: Callable[..., Any],
+        interval: float | None = None,
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        missed: Missed = Missed.DELAY,
+        options: RunOptions | None = None,
+    ) -> int:
+        """Run fn at the clock time `when` (a past `when` runs at the next run_pending()); as schedule().
+
+        Raises:
+            ValueError: when is not finite; interval <= 0 or not finite.
+            TypeError: fn is not callable, or an argument has the wrong type.
+        """
+        return self._add(seconds(when, "when"), fn, interval, args, kwargs, mode, missed, options, "when")
+
+    def _add(
+        self,
+        due: float,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        mode: RepeatMode,
+        missed: Missed,
+        options: RunOptions | None,
+        name: str,
+    ) -> int:
+        function(fn, "fn")
+        if interval is not None:
+            interval = seconds(interval, "interval")
+            if interval <= 0:
+                raise ValueError(f"interval must be > 0, got {interval!r}")
+        member(mode, RepeatMode, "mode")
+        member(missed, Missed, "missed")
+        if options is None:
+            options = _NO_OPTIONS
+        elif not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a RunOptions or None, not {type(options).__name__}")
+        if type(args) is not tuple:
+            if isinstance(args, (str, bytes)):
+                raise TypeError("args must be an iterable of arguments, not a string")
+            args = tuple(args)
+        kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
+        # The id is taken before anything that allocates: a finalizer that the GC runs meanwhile may
+        # schedule too, and must get the next one. It is given back if the call fails (and nothing took
+        # a later one), so that a call that raised takes no id.
+        task_id = self._last_id + 1
+        self._last_id = task_id
+        try:
+            task = _Task(task_id, fn, interval, args, kw, mode, missed, due, options)
+            timer_id = self._store.add_at(due, task)
+        except BaseException as exc:
+            if self._last_id == task_id:
+                self._last_id = task_id - 1
+            if isinstance(exc, OverflowError):  # a due out of the store's range: nothing changed
+                raise OverflowError(f"{name} is too far ahead: {exc}") from None
+            raise
+        task.timer_id = timer_id
+        self._tasks[task_id] = task
+        if not self._draining:
+            self._driver.wake(due)
+        return task_id
+
+    def cancel(self, task_id: int) -> bool:
+        """Cancel a task: it will not start again. O(1).
+
+        Returns:
+            True if the task was scheduled, or its run taken and not started; False if unknown, finished
+            (a one-shot whose run has started counts as finished) or already cancelled.
+        """
+        if type(task_id) is not int:
+            identifier(task_id, "task_id")
+        task = self._tasks.pop(task_id, None)
+        if task is None:
+            return False
+        task.live = False
+        timer_id = task.timer_id
+        task.timer_id = None
+        if timer_id is not None:
+            self._store.cancel(timer_id)  # False when just taken: drain() sees the task is not live
+        if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
+            task.waiting.forget()
+        self._cancelled += 1
+        return True
+
+    def reschedule(self, task_id: int, delay: float) -> bool:
+        """Move a task's next run to `delay` seconds from now (clock read now). O(1).
+
+        A recurring task then goes on from there: its grid (for Missed.SKIP) starts at the new due.
+
+        Returns:
+            True if the task was scheduled; False (and nothing changes) if unknown, finished or cancelled.
+
+        Raises:
+            ValueError: delay < 0 or not finite.
+        """
+        if type(task_id) is not int:
+            identifier(task_id, "task_id")
+        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+            delay = seconds(delay, "delay")
+            if delay < 0:
+                raise ValueError(f"delay must be >= 0, got {delay!r}")
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        due = self.now() + delay
+        timer_id = task.timer_id
+        try:
+            if timer_id is None or not self._store.reschedule_at(timer_id, due):
+                # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
+                timer_id = self._store.add_at(due, task)
+                if not task.live:  # cancelled by a finalizer while the store worked
+                    self._store.cancel(timer_id)
+                    return True
+                task.timer_id = timer_id
+        except OverflowError as exc:  # raised before anything changed
+            raise OverflowError(f"delay is too far ahead: {exc}") from None
+        task.due = task.first_due = due
+        if not self._draining:
+            self._driver.wake(due)
+        return True
+
+    # -- running -----------------------------------------------------------------------------------------
+
+    def run_pending(self) -> int:
+        """Run every task due at or before now (the clock read once, here); return how many ran.
+
+        Jobs run inline, one after the other, earliest due first. See the class docstring for the rules.
+        """
+        return self.drain(self.now(), self)
+
+    def next_run_in(self) -> float | None:
+        """Seconds until the next task (or timer) is due, never negative; None when nothing is armed."""
+        due = self._store.next_due()
+        if due is None:
+            return None
+        return max(0.0, due - self.now())

@@ -171,11 +171,12 @@ class ThreadedScheduler(DriverBase):
     def wait(self, timeout: float | None = None) -> None:
         """Wait until the driver and worker threads have exited (they do after stop()).
 
-        Called on one of the scheduler's own threads (from a job, an observer or an error handler), it
-        returns at once: those threads exit once the callback has returned, and waiting for them there
-        would wait for itself.
+        Called on one of the scheduler's own threads (from a job, an observer or an error handler), or
+        from a callback that the scheduler runs while it holds its lock (an observer told of the runs that
+        stop() drops), it returns at once: those threads exit once the callback has returned, and waiting
+        for them there would wait for itself.
         """
-        if self._on_own_thread():
+        if self._on_own_thread() or self._holds_lock():
             return
         if self._driver.is_alive():
             self._driver.join(timeout)
@@ -200,6 +201,11 @@ class ThreadedScheduler(DriverBase):
     def _queued(self, stats: Stats) -> int:
         """The runs waiting because every worker is busy: what queue_size bounds."""
         return self._pool.queued if self._pool is not None else 0
+
+    def _holds_lock(self) -> bool:
+        """Whether this thread holds the scheduler's lock (threading.RLock's own bookkeeping)."""
+        is_owned = getattr(self._lock, "_is_owned", None)
+        return bool(is_owned()) if is_owned is not None else False
 
     def _on_own_thread(self) -> bool:
         me = threading.current_thread()
