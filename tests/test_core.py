@@ -476,3 +476,31 @@ def test_new_without_init_is_a_default_wheel(core: ModuleType) -> None:
         w.__init__()  # a Python object without __init__ has no state at all
     tid = w.add(1.0, "x")
     assert w.advance(2.0) == [(tid, "x")]
+
+
+def test_twins_have_the_same_docstrings(core: ModuleType) -> None:
+    """help(timerwheel.TimerWheel) shows the Cython class under the default backend: its docstrings are
+    the Python twin's, word for word (Cython adds the signature as a first line)."""
+    import inspect
+
+    from timerwheel import _core_py
+
+    def doc(obj: Any) -> str:
+        text = inspect.getdoc(obj) or ""
+        first, _, rest = text.partition("\n")
+        return (
+            rest.lstrip("\n")
+            if first.endswith(")") and "(" in first and first.split("(")[0].isidentifier()
+            else text
+        )
+
+    assert doc(core.TimerWheel) == doc(_core_py.TimerWheel)
+    for name in dir(_core_py.TimerWheel):
+        if name.startswith("__") and name not in ("__len__", "__contains__"):
+            continue
+        member = getattr(_core_py.TimerWheel, name)
+        if (name.startswith("_") and name not in ("_check", "_location", "__len__", "__contains__")) or not (
+            callable(member) or isinstance(member, property)
+        ):
+            continue
+        assert doc(getattr(core.TimerWheel, name)) == doc(member), name

@@ -225,7 +225,7 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
         if (
             type(handle) is TimerHandle
             and handle.id is not None
-            and when is not None
+            and type(when) is float
             and self._state is _ENTERED
         ):
             # The keep-alive reset, first and lean: a live wheel entry (so the scheduler is running) moves
@@ -315,35 +315,28 @@ class AsyncScheduler(DriverBase):
 
     The clock is the loop's own (loop.time()), so its deadlines mix freely with asyncio's. The loop holds at
     most one timer handle of ours, armed at the earliest due: no polling tick, no handle per timer. A
-    deadline moved later leaves that handle where it is (it fires, finds nothing due, and is armed at the
-    true next due); one moved earlier re-arms it. A callback, timeout or job never runs before its due by
-    loop.time(): a loop that wakes us early (uvloop rounds its timers to milliseconds) is waited out.
+    callback, timeout or job never runs before its due by loop.time().
 
     Jobs: a plain callable runs on the loop, inline, when due; a coroutine function (or a callable that
-    returns an awaitable) runs as a task, and the run ends when the task does, which is what FIXED_DELAY and
-    SKIP_IF_RUNNING look at. With max_concurrency, at most that many coroutine jobs run at once; a due one
-    beyond it waits for a free slot, in due order (Backpressure.BLOCK; a recurring task has at most one run
-    waiting), or is not run and is counted in stats().dropped and reported with a JobEvent with
-    dropped=True (Backpressure.DROP). A plain callable that returns an awaitable is known to be one only
-    after the call, so it is not held back by the bound. With timeout=, a coroutine job's task is
-    cancelled at its deadline (the run fails with TimeoutError).
+    returns an awaitable) runs as a task, and the run ends when the task does. With max_concurrency, at
+    most that many coroutine jobs run at once; a due one beyond it waits for a slot, in due order
+    (Backpressure.BLOCK; a recurring task has at most one run waiting), or is dropped and counted
+    (Backpressure.DROP). With timeout=, a coroutine job's task is cancelled at its deadline (TimeoutError).
 
-    Timeouts: timeout() and timeout_at() are asyncio.timeout() and asyncio.timeout_at() with the deadline in
-    the wheel: same class (a subclass of asyncio.Timeout), same methods, same behaviour, same repr, but an
-    O(1) reschedule() that allocates nothing. sleep() is asyncio.sleep() on the wheel.
+    Timers: timeout() and timeout_at() are asyncio's (see Timeout), sleep() is asyncio.sleep(), and
+    call_later() and call_at() return a TimerHandle that moves in O(1); all on the wheel.
 
     Lifecycle: new -> running -> closed, never back; `async with AsyncScheduler() as sched:` starts and
     closes it. close() drops the runs waiting for a slot (counted), cancels the coroutine jobs still running
-    and waits for them, and discards the pending tasks. Timeouts and sleeps still pending at close() are
-    handed to the loop's own timers: none is lost, and timeout() and sleep() keep working, on asyncio's
-    timers, after close().
+    and waits for them, and discards the pending tasks; pending timeouts, sleeps and handles move to the
+    loop's own timers, where they keep working.
 
-    Errors: a job's Exception is recorded in errors, passed to error_handler(task_id, exc), and logged on
-    the "timerwheel" logger (or `logger`); it never stops the scheduler. KeyboardInterrupt and SystemExit
-    from a plain job, an observer or an error handler are recorded, then propagate, as asyncio does with
-    its own callbacks. A loop clock that fails is logged, counted (stats().clock_errors) and retried.
+    Errors: a job's Exception is recorded in errors, passed to error_handler(task_id, exc), and logged;
+    it never stops the scheduler. KeyboardInterrupt and SystemExit from a plain job, an observer or an
+    error handler are recorded, then propagate, as asyncio does with its own callbacks. A loop clock that
+    fails is logged, counted (stats().clock_errors) and retried.
 
-    Not thread-safe: call it from the loop's thread only (use loop.call_soon_threadsafe from others). A
+    Not thread-safe: call it from the loop's thread only (use loop.call_soon_threadsafe from others); a
     call from another thread while the loop runs raises RuntimeError.
 
     Args:
@@ -397,14 +390,6 @@ class AsyncScheduler(DriverBase):
             error_handler=error_handler,
             logger=logger,
         )
-        if store is None:  # check the geometry now, not at start()
-            from ._core import TimerWheel
-
-            TimerWheel(
-                0.001 if resolution is None else resolution,
-                slots=64 if slots is None else slots,
-                levels=4 if levels is None else levels,
-            )
         self._limit = max_concurrency
         self._backpressure = backpressure
         self._thread: int | None = None  # the thread the loop was last seen running on
@@ -419,10 +404,6 @@ class AsyncScheduler(DriverBase):
         loop = loop or _get_running_loop()
         if loop is not None:
             self._bind(loop)
-
-    def __repr__(self) -> str:
-        timers = self._engine.timers if hasattr(self, "_engine") else 0
-        return f"{super().__repr__()[:-1]} timers={timers}>"
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

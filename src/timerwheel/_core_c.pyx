@@ -135,13 +135,8 @@ cdef inline object _make_id(uint64_t gen, uint32_t idx):
     return (int(gen) << C_ID_BITS) | idx   # a generation past 2**31: the id outgrows 64 bits
 
 
-@cython.final
-cdef class TimerWheel:
-    """A hierarchical timing wheel: add, cancel and reschedule in O(1), exact dues, no maximum delay.
-
-    The Cython backend; the geometry, the rules and an example are in the pure-Python twin's docstring,
-    which help(timerwheel.TimerWheel) shows under either backend's documentation (README, docs/).
-    """
+cdef class _Wheel:
+    """The wheel's storage and its internal operations (see _core_py._Wheel); TimerWheel is its face."""
 
     cdef double _resolution, _ticks_per_second, _start, _now, _min_due
     cdef int _slots, _levels, _bits, _top, _span_bits, _current, _words
@@ -216,48 +211,7 @@ cdef class TimerWheel:
         PyMem_Free(self._entries)
         PyMem_Free(self._scratch)
 
-    def __reduce__(self):
-        raise TypeError("TimerWheel cannot be pickled or copied")
-
-    # -- read-only geometry and time ------------------------------------------------------------------
-
-    @property
-    def resolution(self):
-        """Seconds per tick."""
-        return self._resolution
-
-    @property
-    def slots(self):
-        """Slots per level (a power of two)."""
-        return self._slots
-
-    @property
-    def levels(self):
-        """Number of levels, as given to the constructor."""
-        return self._levels
-
-    @property
-    def now(self):
-        """The time passed to the last advance(), or `start` before the first."""
-        return self._now
-
-    @property
-    def horizon(self):
-        """start + 2**62 ticks: the wheel refuses times from about here on (OverflowError)."""
-        return self._start + C_MAX_TICKS * self._resolution
-
-    def __len__(self):
-        """Number of pending timers. O(1)."""
-        return self._count
-
-    def __repr__(self):
-        return (
-            f"TimerWheel(resolution={self._resolution!r}, slots={self._slots}, levels={self._levels}, "
-            f"now={self._now!r}, pending={self._count})"
-        )
-
-    # -- the one place where seconds become ticks -----------------------------------------------------
-
+    @cython.final
     cdef inline int64_t _tick_of(self, double t, str name) except -2:
         """floor((t - start) * (1 / resolution)), -1 before start; OverflowError at 2**62 ticks (see _core_py)."""
         cdef double x = (t - self._start) * self._ticks_per_second
@@ -270,8 +224,7 @@ cdef class TimerWheel:
             )
         return <int64_t>x   # x >= 0: the cast truncates, which is floor
 
-    # -- placement: buckets, bitmaps and the free list ------------------------------------------------
-
+    @cython.final
     cdef inline int _bucket_for(self, int64_t tick) noexcept:
         cdef int64_t elapsed = self._elapsed
         cdef int level
@@ -280,12 +233,14 @@ cdef class TimerWheel:
         level = level_for(elapsed, tick, self._bits, self._top)
         return level * self._slots + slot_for(tick, level, self._bits)
 
+    @cython.final
     cdef inline int _reserve(self, int bucket) except -1:
         """Make room for one more entry in `bucket`, before anything is changed."""
         if self._buckets[bucket].len < self._buckets[bucket].cap:
             return 0
         return self._grow_bucket(bucket)
 
+    @cython.final
     cdef int _grow_bucket(self, int bucket) except -1:
         cdef Bucket* b = &self._buckets[bucket]
         cdef uint32_t cap
@@ -298,6 +253,7 @@ cdef class TimerWheel:
         b.cap = cap
         return 0
 
+    @cython.final
     cdef inline void _link(self, uint32_t idx, int bucket) noexcept:
         """Append entry `idx` to `bucket` (room reserved), marking the slot occupied."""
         cdef Entry* entry = &self._entries[idx]
@@ -317,11 +273,13 @@ cdef class TimerWheel:
         b.items[b.len] = idx
         b.len += 1
 
+    @cython.final
     cdef inline void _clear_bit(self, int bucket) noexcept:
         cdef int level = bucket >> self._bits
         cdef int slot = bucket & (self._slots - 1)
         self._bitmaps[level * self._words + (slot >> 6)] &= ~(1ULL << (slot & 63))
 
+    @cython.final
     cdef inline void _unlink(self, uint32_t idx) noexcept:
         """Remove entry `idx` from its bucket in O(1): move the last one into its place, then shrink."""
         cdef Entry* entry = &self._entries[idx]
@@ -342,6 +300,7 @@ cdef class TimerWheel:
                 b.items = items
                 b.cap >>= 1
 
+    @cython.final
     cdef int _grow_pool(self) except -1:
         """Grow the pool by half."""
         cdef uint32_t cap
@@ -360,6 +319,7 @@ cdef class TimerWheel:
         self._capacity = cap
         return 0
 
+    @cython.final
     cdef inline uint32_t _alloc(self) noexcept:
         cdef uint32_t idx = self._free
         if idx != C_ID_MASK:
@@ -370,6 +330,7 @@ cdef class TimerWheel:
         self._entries[idx].gen = 1
         return idx
 
+    @cython.final
     cdef inline object _release(self, uint32_t idx):
         """Put entry `idx` (already unlinked) on the free list; return its item. Its id is now stale."""
         cdef Entry* entry = &self._entries[idx]
@@ -382,6 +343,7 @@ cdef class TimerWheel:
         self._count -= 1
         return item
 
+    @cython.final
     cdef inline int64_t _lookup(self, object timer_id) except -2:
         """The pool index of a pending timer, or -1. TypeError if timer_id is not an int."""
         cdef int overflow = 0
@@ -404,6 +366,7 @@ cdef class TimerWheel:
             return -1
         return idx
 
+    @cython.final
     cdef int64_t _lookup_big(self, object timer_id) except -2:
         """_lookup for an id of 2**63 or more: a generation past 2**31, or no id at all."""
         if timer_id < 0 or timer_id >> (C_ID_BITS + 64):
@@ -414,6 +377,7 @@ cdef class TimerWheel:
             return -1
         return idx
 
+    @cython.final
     cdef inline object _insert(self, double due, int64_t tick, object item):
         cdef int bucket
         while True:   # prepare: room in the bucket and a free entry, before anything is changed
@@ -441,53 +405,7 @@ cdef class TimerWheel:
         self._count += 1
         return _make_id(entry.gen, idx)
 
-    # -- the public operations ------------------------------------------------------------------------
-
-    def add(self, delay, item):
-        """Add a timer due at now + `delay` seconds carrying `item`; return its id. O(1).
-
-        Raises ValueError if delay is negative or not finite, OverflowError past 2**62 ticks.
-        """
-        cdef double d = _seconds(delay, "delay")
-        if d < 0:
-            raise ValueError(f"delay must be >= 0, got {d!r}")
-        cdef double due = self._now + d
-        return self._insert(due, self._tick_of(due, "delay"), item)
-
-    def add_at(self, due, item):
-        """Add a timer due at the absolute time `due`; return its id. O(1). A past due comes out next."""
-        cdef double at = _seconds(due, "due")
-        return self._insert(at, self._tick_of(at, "due"), item)
-
-    def cancel(self, timer_id):
-        """Remove a pending timer. O(1). True if it was pending; False if unknown, fired or cancelled."""
-        cdef int64_t idx = self._lookup(timer_id)
-        if idx < 0:
-            return False
-        if self._min_valid and self._entries[idx].due <= self._min_due:
-            self._min_valid = False
-        self._unlink(<uint32_t>idx)
-        self._release(<uint32_t>idx)
-        return True
-
-    def reschedule(self, timer_id, delay):
-        """Move a pending timer to now + `delay`, keeping its id. O(1); not moved if the slot is the same.
-
-        True if the timer was pending; False (and nothing changes) otherwise.
-        """
-        _check_id(timer_id)
-        cdef double d = _seconds(delay, "delay")
-        if d < 0:
-            raise ValueError(f"delay must be >= 0, got {d!r}")
-        cdef double due = self._now + d
-        return self._move(timer_id, due, self._tick_of(due, "delay"))
-
-    def reschedule_at(self, timer_id, due):
-        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule()."""
-        _check_id(timer_id)
-        cdef double at = _seconds(due, "due")
-        return self._move(timer_id, at, self._tick_of(at, "due"))
-
+    @cython.final
     cdef object _move(self, object timer_id, double due, int64_t tick):
         cdef int64_t idx = self._lookup(timer_id)
         if idx < 0:
@@ -513,32 +431,7 @@ cdef class TimerWheel:
             self._min_due = due
         return True
 
-    def due(self, timer_id):
-        """The exact due of a pending timer, or None. O(1). TypeError if timer_id is not an int."""
-        cdef int64_t idx = self._lookup(timer_id)
-        return None if idx < 0 else self._entries[idx].due
-
-    def __contains__(self, timer_id):
-        """`timer_id in wheel`: True while the timer is pending. TypeError if timer_id is not an int."""
-        return self._lookup(timer_id) >= 0
-
-    def clear(self):
-        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending)."""
-        cdef int bucket
-        cdef uint32_t i
-        cdef Bucket* b
-        cdef list dropped = []   # the items die after the bookkeeping: a __del__ may call back into us
-        for bucket in range(self._current + 1):
-            b = &self._buckets[bucket]
-            for i in range(b.len):
-                dropped.append(self._release(b.items[i]))
-            b.len = 0
-        memset(self._bitmaps, 0, (self._top + 1) * self._words * sizeof(uint64_t))
-        self._min_valid = False
-        del dropped
-
-    # -- time -----------------------------------------------------------------------------------------
-
+    @cython.final
     cdef int _next_event(self, int64_t* tick) noexcept:
         """The bucket of the first non-empty slot after the current tick (its start in *tick), or -1.
 
@@ -557,6 +450,7 @@ cdef class TimerWheel:
                     return level * self._slots + slot
         return self._top_event(tick)
 
+    @cython.final
     cdef int _top_event(self, int64_t* tick) noexcept:
         cdef int w, slot, best = -1
         cdef int64_t t, best_tick = -1
@@ -574,6 +468,7 @@ cdef class TimerWheel:
         tick[0] = best_tick
         return best
 
+    @cython.final
     cdef int _cascade(self, int bucket) except -1:
         """Place each timer of a slot whose block has begun again, relative to the current tick (in place).
 
@@ -617,6 +512,7 @@ cdef class TimerWheel:
                 self._top_epoch[bucket & (self._slots - 1)] = epoch
         return 0
 
+    @cython.final
     cdef int _expire_current(self, double now, uint64_t limit, list taken) except -1:
         """Take every timer of the CURRENT bucket whose due is <= now and seq <= limit, by (due, seq): free
         its entry and append its id and item to `taken` (appends and ints: nothing here runs Python code)."""
@@ -657,69 +553,7 @@ cdef class TimerWheel:
             taken.append(self._release(idx))
         return 0
 
-    def advance(self, now):
-        """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
-
-        Ordered by due, ties in the order added. Cost: the non-empty slots passed and the timers moved,
-        never the ticks elapsed. A timer a finalizer adds meanwhile comes out at the next advance().
-
-        Raises:
-            ValueError: now is not finite, or earlier than `now` (time does not go backwards).
-            OverflowError: now is more than 2**62 ticks after the wheel's start.
-            RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
-        """
-        cdef double t = _seconds(now, "now")
-        cdef int64_t target
-        cdef list taken                 # id, item, id, item, ...: the timers taken, their entries freed
-        cdef int64_t tick = 0
-        cdef int bucket
-        cdef Py_ssize_t i
-        cdef uint64_t limit = self._seq
-        if self._advancing:   # set before anything that could call out, as in the Python twin
-            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
-        self._advancing = True
-        try:
-            if t < self._now:
-                raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
-            target = self._tick_of(t, "now")
-            taken = []
-            self._expire_current(t, limit, taken)
-            while True:
-                bucket = self._next_event(&tick)
-                if bucket < 0 or tick > target:
-                    break
-                self._elapsed = tick
-                self._cascade(bucket)
-                self._expire_current(t, limit, taken)
-            self._elapsed = target
-            self._now = t
-            if taken:
-                self._min_valid = False
-            # The wheel is whole and the fired timers are out of it: the tuples may now run the GC.
-            return [(taken[i], taken[i + 1]) for i in range(0, len(taken), 2)]
-        finally:
-            self._advancing = False
-
-    def next_due(self):
-        """The exact earliest due among pending timers, or None. Cached; reads one slot when it must."""
-        cdef Bucket* b
-        cdef uint32_t i
-        cdef double m
-        if self._count == 0:
-            return None
-        if self._min_valid:
-            return self._min_due
-        b = &self._buckets[self._current]
-        if b.len == 0:
-            b = &self._buckets[self._first_slot()]
-        m = self._entries[b.items[0]].due
-        for i in range(1, b.len):
-            if self._entries[b.items[i]].due < m:
-                m = self._entries[b.items[i]].due
-        self._min_due = m
-        self._min_valid = True
-        return m
-
+    @cython.final
     cdef int _first_slot(self) noexcept:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         cdef int64_t tick = 0, exact
@@ -741,8 +575,6 @@ cdef class TimerWheel:
                 return bucket
             self._top_epoch[slot] = exact   # was a stale lower bound (its earliest timer left): look again
 
-    # -- invariants -----------------------------------------------------------------------------------
-
     def _location(self, timer_id):
         """(level, slot, position) of a pending timer; level == levels used for CURRENT. For tests."""
         cdef int64_t idx = self._lookup(timer_id)
@@ -752,7 +584,7 @@ cdef class TimerWheel:
         return entry.bucket >> self._bits, entry.bucket & (self._slots - 1), entry.pos
 
     def _check(self):
-        """Check the bookkeeping (index, positions, bitmaps, bounds, counts, cache); AssertionError if off."""
+        """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
         cdef int bucket, level, slot
         cdef uint32_t pos, idx, free = 0
         cdef Py_ssize_t seen = 0
@@ -797,3 +629,266 @@ cdef class TimerWheel:
         assert free + self._count == self._size
         if self._min_valid and self._count:
             assert self._min_due == m, "stale next_due cache"
+
+
+@cython.final
+cdef class TimerWheel(_Wheel):
+    """A hierarchical timing wheel: add, cancel and reschedule in O(1), exact dues, no maximum delay.
+
+    A deterministic data structure with no clock and no thread: time moves only when the caller passes it
+    to advance(). Each timer keeps its exact due (a float in the caller's seconds); ticks only decide where
+    it is stored, so the wheel is exact, not rounded to its tick.
+
+    Geometry (Varghese and Lauck, "Hashed and hierarchical timing wheels", SOSP 1987; laid out in aligned
+    blocks as in the Linux kernel's timer.c and tokio's time wheel)::
+
+        tick(t)  = floor((t - start) * (1 / resolution))    (t before start: tick -1)
+        level L  = `slots` slots, each slots**L ticks wide, spanning slots**(L+1) ticks
+        defaults = resolution 1 ms, 64 slots, 4 levels:
+            level 0: slots of 1 ms,       span 64 ms
+            level 1: slots of 64 ms,      span 4.096 s
+            level 2: slots of 4.096 s,    span 4 min 22 s
+            level 3: slots of 4 min 22 s, span 4 h 40 min (the top level)
+
+    A timer due at tick T, with the wheel at tick E, is kept at the highest level whose digit differs
+    between T and E, in the slot named by T's digit at that level; T == E (or a due in the past) is kept in
+    the CURRENT bucket, which every advance() looks at first. When the wheel reaches the start of a
+    higher-level slot, the slot's timers cascade into lower levels, so a timer moves at most `levels` times.
+    Timers beyond the top level's span stay in the top level with a count of rounds (epochs): there is no
+    maximum delay below 2**62 ticks. An index from timer id to its bucket makes removal O(1); a per-level
+    occupancy bitmap finds the next non-empty slot without scanning empty ones.
+
+    Re-entrancy: a finalizer that the garbage collector runs during any operation may call any method
+    but advance() (RuntimeError) and finds the wheel consistent; see the module docstring.
+
+    Example:
+        >>> w = TimerWheel(0.001)
+        >>> a = w.add(0.010, "a")
+        >>> b = w.add(0.005, "b")
+        >>> w.next_due()
+        0.005
+        >>> " then ".join(item for _, item in w.advance(0.010))
+        'b then a'
+
+    Args:
+        resolution: seconds per tick, > 0 and finite (default 1 ms).
+        slots: slots per level, a power of two from 4 to 4096 (default 64).
+        levels: number of levels, 1 to 8 (default 4).
+        start: the time the wheel starts at; `now` until the first advance() (default 0.0).
+
+    Raises:
+        ValueError: an argument out of its range (the message names it).
+        TypeError: slots or levels not an int, resolution or start not a number.
+"""
+
+    @property
+    def resolution(self):
+        """Seconds per tick."""
+        return self._resolution
+
+    @property
+    def slots(self):
+        """Slots per level (a power of two)."""
+        return self._slots
+
+    @property
+    def levels(self):
+        """Number of levels, as given to the constructor."""
+        return self._levels
+
+    @property
+    def now(self):
+        """The time passed to the last advance(), or `start` before the first."""
+        return self._now
+
+    @property
+    def horizon(self):
+        """start + 2**62 ticks: the wheel refuses times from about here on (OverflowError)."""
+        return self._start + C_MAX_TICKS * self._resolution
+
+    def __len__(self):
+        """Number of pending timers. O(1)."""
+        return self._count
+
+    def __reduce__(self):
+        raise TypeError("TimerWheel cannot be pickled or copied")
+
+    def __repr__(self):
+        return (
+            f"TimerWheel(resolution={self._resolution!r}, slots={self._slots}, levels={self._levels}, "
+            f"now={self._now!r}, pending={self._count})"
+        )
+
+    def add(self, delay, item):
+        """Add a timer due at now + `delay` seconds carrying `item`; return its id. O(1).
+
+        Raises:
+            ValueError: delay is negative or not finite.
+            OverflowError: the due is more than 2**62 ticks after the wheel's start.
+"""
+        cdef double d = _seconds(delay, "delay")
+        if d < 0:
+            raise ValueError(f"delay must be >= 0, got {d!r}")
+        cdef double due = self._now + d
+        return self._insert(due, self._tick_of(due, "delay"), item)
+
+    def add_at(self, due, item):
+        """Add a timer due at the absolute time `due`; return its id. O(1).
+
+        A due at or before `now` is allowed: the timer comes out at the next advance().
+
+        Raises:
+            ValueError: due is not finite.
+            OverflowError: due is more than 2**62 ticks after the wheel's start.
+"""
+        cdef double at = _seconds(due, "due")
+        return self._insert(at, self._tick_of(at, "due"), item)
+
+    def cancel(self, timer_id):
+        """Remove a pending timer. O(1).
+
+        Returns:
+            True if it was pending and is now removed; False if the id is unknown, fired or cancelled.
+
+        Raises:
+            TypeError: timer_id is not an int.
+"""
+        cdef int64_t idx = self._lookup(timer_id)
+        if idx < 0:
+            return False
+        if self._min_valid and self._entries[idx].due <= self._min_due:
+            self._min_valid = False
+        self._unlink(<uint32_t>idx)
+        self._release(<uint32_t>idx)
+        return True
+
+    def reschedule(self, timer_id, delay):
+        """Move a pending timer to now + `delay`, keeping its id. O(1); the keep-alive operation.
+
+        The timer counts as freshly added for the order of equal dues. Where the new due lands in the same
+        slot, the entry is not moved at all.
+
+        Returns:
+            True if the timer was pending; False (and nothing changes) otherwise.
+
+        Raises:
+            TypeError: timer_id is not an int.
+            ValueError: delay is negative or not finite.
+            OverflowError: the new due is more than 2**62 ticks after the wheel's start.
+"""
+        _check_id(timer_id)
+        cdef double d = _seconds(delay, "delay")
+        if d < 0:
+            raise ValueError(f"delay must be >= 0, got {d!r}")
+        cdef double due = self._now + d
+        return self._move(timer_id, due, self._tick_of(due, "delay"))
+
+    def reschedule_at(self, timer_id, due):
+        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule().
+
+        A due at or before `now` comes out at the next advance().
+
+        Raises:
+            TypeError: timer_id is not an int.
+            ValueError: due is not finite.
+            OverflowError: due is more than 2**62 ticks after the wheel's start.
+"""
+        _check_id(timer_id)
+        cdef double at = _seconds(due, "due")
+        return self._move(timer_id, at, self._tick_of(at, "due"))
+
+    def due(self, timer_id):
+        """The exact due of a pending timer, or None. O(1). TypeError if timer_id is not an int."""
+        cdef int64_t idx = self._lookup(timer_id)
+        return None if idx < 0 else self._entries[idx].due
+
+    def __contains__(self, timer_id):
+        """`timer_id in wheel`: True while the timer is pending. TypeError if timer_id is not an int."""
+        return self._lookup(timer_id) >= 0
+
+    def clear(self):
+        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending).
+
+        Timers added while it runs (by a finalizer) may survive it.
+"""
+        cdef int bucket
+        cdef uint32_t i
+        cdef Bucket* b
+        cdef list dropped = []   # the items die after the bookkeeping: a __del__ may call back into us
+        for bucket in range(self._current + 1):
+            b = &self._buckets[bucket]
+            for i in range(b.len):
+                dropped.append(self._release(b.items[i]))
+            b.len = 0
+        memset(self._bitmaps, 0, (self._top + 1) * self._words * sizeof(uint64_t))
+        self._min_valid = False
+        del dropped
+
+    def advance(self, now):
+        """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
+
+        Timers come out ordered by due, ties in the order they were added (a reschedule counts as a fresh
+        add). The cost is proportional to the non-empty slots passed and the timers moved or returned, never
+        to the ticks elapsed: a jump of 10**13 ticks over an empty wheel is as cheap as one tick. A timer
+        that a finalizer adds meanwhile, even one already due, comes out at the next advance().
+
+        Raises:
+            ValueError: now is not finite, or earlier than `now` (time does not go backwards).
+            OverflowError: now is more than 2**62 ticks after the wheel's start.
+            RuntimeError: called while an advance() of this wheel is under way (from a finalizer).
+"""
+        cdef double t = _seconds(now, "now")
+        cdef int64_t target
+        cdef list taken                 # id, item, id, item, ...: the timers taken, their entries freed
+        cdef int64_t tick = 0
+        cdef int bucket
+        cdef Py_ssize_t i
+        cdef uint64_t limit = self._seq
+        if self._advancing:   # set before anything that could call out, as in the Python twin
+            raise RuntimeError("advance() must not be called while an advance() of this wheel is under way")
+        self._advancing = True
+        try:
+            if t < self._now:
+                raise ValueError(f"now must not go backwards: {t!r} < wheel.now {self._now!r}")
+            target = self._tick_of(t, "now")
+            taken = []
+            self._expire_current(t, limit, taken)
+            while True:
+                bucket = self._next_event(&tick)
+                if bucket < 0 or tick > target:
+                    break
+                self._elapsed = tick
+                self._cascade(bucket)
+                self._expire_current(t, limit, taken)
+            self._elapsed = target
+            self._now = t
+            if taken:
+                self._min_valid = False
+            # The wheel is whole and the fired timers are out of it: the tuples may now run the GC.
+            return [(taken[i], taken[i + 1]) for i in range(0, len(taken), 2)]
+        finally:
+            self._advancing = False
+
+    def next_due(self):
+        """The exact earliest due among pending timers, or None when there are none.
+
+        Cached between changes; when it must be found again, only the earliest non-empty slot is read
+        (the CURRENT bucket, or the first slot after the current tick), never every pending timer.
+"""
+        cdef Bucket* b
+        cdef uint32_t i
+        cdef double m
+        if self._count == 0:
+            return None
+        if self._min_valid:
+            return self._min_due
+        b = &self._buckets[self._current]
+        if b.len == 0:
+            b = &self._buckets[self._first_slot()]
+        m = self._entries[b.items[0]].due
+        for i in range(1, b.len):
+            if self._entries[b.items[i]].due < m:
+                m = self._entries[b.items[i]].due
+        self._min_due = m
+        self._min_valid = True
+        return m

@@ -111,53 +111,10 @@ class _Entry:
         self.item: Any = None
 
 
-class TimerWheel:
-    """A hierarchical timing wheel: add, cancel and reschedule in O(1), exact dues, no maximum delay.
-
-    A deterministic data structure with no clock and no thread: time moves only when the caller passes it
-    to advance(). Each timer keeps its exact due (a float in the caller's seconds); ticks only decide where
-    it is stored, so the wheel is exact, not rounded to its tick.
-
-    Geometry (Varghese and Lauck, "Hashed and hierarchical timing wheels", SOSP 1987; laid out in aligned
-    blocks as in the Linux kernel's timer.c and tokio's time wheel)::
-
-        tick(t)  = floor((t - start) * (1 / resolution))    (t before start: tick -1)
-        level L  = `slots` slots, each slots**L ticks wide, spanning slots**(L+1) ticks
-        defaults = resolution 1 ms, 64 slots, 4 levels:
-            level 0: slots of 1 ms,       span 64 ms
-            level 1: slots of 64 ms,      span 4.096 s
-            level 2: slots of 4.096 s,    span 4 min 22 s
-            level 3: slots of 4 min 22 s, span 4 h 40 min (the top level)
-
-    A timer due at tick T, with the wheel at tick E, is kept at the highest level whose digit differs
-    between T and E, in the slot named by T's digit at that level; T == E (or a due in the past) is kept in
-    the CURRENT bucket, which every advance() looks at first. When the wheel reaches the start of a
-    higher-level slot, the slot's timers cascade into lower levels, so a timer moves at most `levels` times.
-    Timers beyond the top level's span stay in the top level with a count of rounds (epochs): there is no
-    maximum delay below 2**62 ticks. An index from timer id to its bucket makes removal O(1); a per-level
-    occupancy bitmap finds the next non-empty slot without scanning empty ones.
-
-    Re-entrancy: a finalizer that the garbage collector runs during any operation may call any method
-    but advance() (RuntimeError) and finds the wheel consistent; see the module docstring.
-
-    Example:
-        >>> w = TimerWheel(0.001)
-        >>> a = w.add(0.010, "a")
-        >>> b = w.add(0.005, "b")
-        >>> w.next_due()
-        0.005
-        >>> " then ".join(item for _, item in w.advance(0.010))
-        'b then a'
-
-    Args:
-        resolution: seconds per tick, > 0 and finite (default 1 ms).
-        slots: slots per level, a power of two from 4 to 4096 (default 64).
-        levels: number of levels, 1 to 8 (default 4).
-        start: the time the wheel starts at; `now` until the first advance() (default 0.0).
-
-    Raises:
-        ValueError: an argument out of its range (the message names it).
-        TypeError: slots or levels not an int, resolution or start not a number.
+class _Wheel:
+    """The wheel's storage and its internal operations: the pool of entries, the buckets and bitmaps, the
+    one conversion of seconds into ticks, placement, cascades and expiry, and the invariants. TimerWheel,
+    below, is the public face; the C twin is split the same way. The geometry is in TimerWheel's docstring.
     """
 
     __slots__ = (
@@ -231,47 +188,7 @@ class TimerWheel:
         self._version = 0  # bumped by every commit: a scan that saw it change scans again
         self._advancing = False
 
-    # -- read-only geometry and time ------------------------------------------------------------------
-
-    @property
-    def resolution(self) -> float:
-        """Seconds per tick."""
-        return self._resolution
-
-    @property
-    def slots(self) -> int:
-        """Slots per level (a power of two)."""
-        return self._slots
-
-    @property
-    def levels(self) -> int:
-        """Number of levels, as given to the constructor."""
-        return self._levels
-
-    @property
-    def now(self) -> float:
-        """The time passed to the last advance(), or `start` before the first."""
-        return self._now
-
-    @property
-    def horizon(self) -> float:
-        """start + 2**62 ticks: the wheel refuses times from about here on (OverflowError)."""
-        return self._start + MAX_TICKS * self._resolution
-
-    def __len__(self) -> int:
-        """Number of pending timers. O(1)."""
-        return self._count
-
-    def __reduce__(self) -> Any:
-        raise TypeError("TimerWheel cannot be pickled or copied")
-
-    def __repr__(self) -> str:
-        return (
-            f"TimerWheel(resolution={self._resolution!r}, slots={self._slots}, levels={self._levels}, "
-            f"now={self._now!r}, pending={self._count})"
-        )
-
-    # -- the one place where seconds become ticks -----------------------------------------------------
+    # -- the one place where seconds become ticks --------------------------------------------------------
 
     def _tick_of(self, t: float, name: str) -> int:
         """floor((t - start) * (1 / resolution)), -1 for any t before start; OverflowError at 2**62 ticks.
@@ -290,7 +207,7 @@ class TimerWheel:
             )
         return int(x)  # x >= 0: int() truncates, which is floor
 
-    # -- placement ------------------------------------------------------------------------------------
+    # -- placement ---------------------------------------------------------------------------------------
 
     def _bucket_for(self, tick: int) -> int:
         """The bucket of a timer at `tick`, relative to the current tick."""
@@ -372,102 +289,6 @@ class TimerWheel:
         self._version += 1
         return (entry.gen << ID_BITS) | idx
 
-    # -- the public operations ------------------------------------------------------------------------
-
-    def add(self, delay: float, item: Any) -> int:
-        """Add a timer due at now + `delay` seconds carrying `item`; return its id. O(1).
-
-        Raises:
-            ValueError: delay is negative or not finite.
-            OverflowError: the due is more than 2**62 ticks after the wheel's start.
-        """
-        delay = _seconds(delay, "delay")
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0, got {delay!r}")
-        due = self._now + delay
-        return self._insert(due, self._tick_of(due, "delay"), item)
-
-    def add_at(self, due: float, item: Any) -> int:
-        """Add a timer due at the absolute time `due`; return its id. O(1).
-
-        A due at or before `now` is allowed: the timer comes out at the next advance().
-
-        Raises:
-            ValueError: due is not finite.
-            OverflowError: due is more than 2**62 ticks after the wheel's start.
-        """
-        due = _seconds(due, "due")
-        return self._insert(due, self._tick_of(due, "due"), item)
-
-    def cancel(self, timer_id: int) -> bool:
-        """Remove a pending timer. O(1).
-
-        Returns:
-            True if it was pending and is now removed; False if the id is unknown, fired or cancelled.
-
-        Raises:
-            TypeError: timer_id is not an int.
-        """
-        idx = self._lookup(timer_id)
-        if idx < 0:
-            return False
-        # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
-        entry = self._entries[idx]
-        bucket = entry.bucket
-        if bucket == FREE or entry.gen != timer_id >> ID_BITS:
-            return False
-        lst = self._buckets[bucket]
-        del lst[idx]
-        if not lst and bucket != self._current:
-            self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
-        if self._min_valid and entry.due <= self._min_due:
-            self._min_valid = False
-        item = entry.item  # dies when this frame does, after the bookkeeping: its __del__ may call back
-        entry.item = None
-        entry.gen += 1
-        entry.bucket = FREE
-        entry.next_free = self._free
-        self._free = idx
-        self._count -= 1
-        self._version += 1
-        del item
-        return True
-
-    def reschedule(self, timer_id: int, delay: float) -> bool:
-        """Move a pending timer to now + `delay`, keeping its id. O(1); the keep-alive operation.
-
-        The timer counts as freshly added for the order of equal dues. Where the new due lands in the same
-        slot, the entry is not moved at all.
-
-        Returns:
-            True if the timer was pending; False (and nothing changes) otherwise.
-
-        Raises:
-            TypeError: timer_id is not an int.
-            ValueError: delay is negative or not finite.
-            OverflowError: the new due is more than 2**62 ticks after the wheel's start.
-        """
-        _check_id(timer_id)
-        delay = _seconds(delay, "delay")
-        if delay < 0:
-            raise ValueError(f"delay must be >= 0, got {delay!r}")
-        due = self._now + delay
-        return self._move(timer_id, due, self._tick_of(due, "delay"))
-
-    def reschedule_at(self, timer_id: int, due: float) -> bool:
-        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule().
-
-        A due at or before `now` comes out at the next advance().
-
-        Raises:
-            TypeError: timer_id is not an int.
-            ValueError: due is not finite.
-            OverflowError: due is more than 2**62 ticks after the wheel's start.
-        """
-        _check_id(timer_id)
-        due = _seconds(due, "due")
-        return self._move(timer_id, due, self._tick_of(due, "due"))
-
     def _move(self, timer_id: int, due: float, tick: int) -> bool:
         gen = timer_id >> ID_BITS
         while True:  # prepare: the target bucket; the GC may re-enter the wheel here
@@ -514,44 +335,7 @@ class TimerWheel:
         self._version += 1
         return True
 
-    def due(self, timer_id: int) -> float | None:
-        """The exact due of a pending timer, or None. O(1). TypeError if timer_id is not an int."""
-        idx = self._lookup(timer_id)
-        return None if idx < 0 else self._entries[idx].due
-
-    def __contains__(self, timer_id: object) -> bool:
-        """`timer_id in wheel`: True while the timer is pending. TypeError if timer_id is not an int."""
-        return self._lookup(timer_id) >= 0
-
-    def clear(self) -> None:
-        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending).
-
-        Timers added while it runs (by a finalizer) may survive it.
-        """
-        dropped = []  # the items die after the bookkeeping: a __del__ may call back into the wheel
-        entries = self._entries
-        for bucket, lst in enumerate(self._buckets):
-            for idx in list(lst):  # a snapshot: a finalizer may change the bucket meanwhile
-                entry = entries[idx]
-                # commit: no calls, loops or allocations
-                if entry.bucket != bucket:
-                    continue
-                del lst[idx]
-                if not lst and bucket != self._current:
-                    self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
-                item = entry.item
-                entry.item = None
-                entry.gen += 1
-                entry.bucket = FREE
-                entry.next_free = self._free
-                self._free = idx
-                self._count -= 1
-                self._min_valid = False
-                self._version += 1
-                dropped.append(item)
-        del dropped
-
-    # -- time -----------------------------------------------------------------------------------------
+    # -- time --------------------------------------------------------------------------------------------
 
     def _next_event(self) -> tuple[int, int]:
         """(tick, bucket) of the first non-empty slot after the current tick; (-1, -1) if there is none.
@@ -659,6 +443,298 @@ class TimerWheel:
             self._version += 1
             fired.append(((gen << ID_BITS) | idx, item))
 
+    def _first_slot(self) -> int:
+        """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
+        while True:
+            version = self._version
+            _, bucket = self._next_event()
+            if bucket >> self._bits != self._top:
+                return bucket
+            exact = min(self._entries[idx].tick for idx in list(self._buckets[bucket])) >> self._span_bits
+            slot = bucket & self._mask
+            # commit: no calls between the check and the store
+            if version != self._version:
+                continue  # a finalizer changed the wheel meanwhile: look again
+            if exact == self._top_epoch[slot]:
+                return bucket
+            self._top_epoch[slot] = exact  # was a stale lower bound (its earliest timer left): look again
+
+    # -- invariants --------------------------------------------------------------------------------------
+
+    def _location(self, timer_id: int) -> tuple[int, int, int] | None:
+        """(level, slot, position) of a pending timer; level == levels used for CURRENT. For tests."""
+        idx = self._lookup(timer_id)
+        if idx < 0:
+            return None
+        bucket = self._entries[idx].bucket
+        return bucket >> self._bits, bucket & self._mask, list(self._buckets[bucket]).index(idx)
+
+    def _check(self) -> None:
+        """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
+        seen = 0
+        elapsed = self._elapsed
+        assert not self._advancing
+        assert self._size == len(self._entries)
+        assert elapsed == self._tick_of(self._now, "now")
+        for bucket, lst in enumerate(self._buckets):
+            for idx in lst:
+                entry = self._entries[idx]
+                assert entry.bucket == bucket, (bucket, idx)
+                assert entry.tick == self._tick_of(entry.due, "due")
+                if bucket == self._current:
+                    assert entry.tick <= elapsed
+                else:
+                    level, slot = bucket >> self._bits, bucket & self._mask
+                    assert entry.tick > elapsed
+                    assert level_for(elapsed, entry.tick, self._bits, self._top) == level
+                    assert slot_for(entry.tick, level, self._bits) == slot
+                    if level == self._top:
+                        assert self._top_epoch[slot] <= entry.tick >> self._span_bits
+                        assert self._top_event()[0] > elapsed
+            seen += len(lst)
+            if bucket != self._current:
+                level, slot = bucket >> self._bits, bucket & self._mask
+                assert bool(self._bitmaps[level] >> slot & 1) == bool(lst), (bucket, lst)
+        assert seen == self._count
+        free = 0
+        idx = self._free
+        while idx >= 0:
+            assert self._entries[idx].bucket == FREE and self._entries[idx].item is None
+            free += 1
+            idx = self._entries[idx].next_free
+        assert free + self._count == len(self._entries)
+        if self._min_valid and self._count:
+            assert self._min_due == min(self._entries[i].due for lst in self._buckets for i in lst), (
+                "stale next_due cache"
+            )
+
+
+class TimerWheel(_Wheel):
+    """A hierarchical timing wheel: add, cancel and reschedule in O(1), exact dues, no maximum delay.
+
+    A deterministic data structure with no clock and no thread: time moves only when the caller passes it
+    to advance(). Each timer keeps its exact due (a float in the caller's seconds); ticks only decide where
+    it is stored, so the wheel is exact, not rounded to its tick.
+
+    Geometry (Varghese and Lauck, "Hashed and hierarchical timing wheels", SOSP 1987; laid out in aligned
+    blocks as in the Linux kernel's timer.c and tokio's time wheel)::
+
+        tick(t)  = floor((t - start) * (1 / resolution))    (t before start: tick -1)
+        level L  = `slots` slots, each slots**L ticks wide, spanning slots**(L+1) ticks
+        defaults = resolution 1 ms, 64 slots, 4 levels:
+            level 0: slots of 1 ms,       span 64 ms
+            level 1: slots of 64 ms,      span 4.096 s
+            level 2: slots of 4.096 s,    span 4 min 22 s
+            level 3: slots of 4 min 22 s, span 4 h 40 min (the top level)
+
+    A timer due at tick T, with the wheel at tick E, is kept at the highest level whose digit differs
+    between T and E, in the slot named by T's digit at that level; T == E (or a due in the past) is kept in
+    the CURRENT bucket, which every advance() looks at first. When the wheel reaches the start of a
+    higher-level slot, the slot's timers cascade into lower levels, so a timer moves at most `levels` times.
+    Timers beyond the top level's span stay in the top level with a count of rounds (epochs): there is no
+    maximum delay below 2**62 ticks. An index from timer id to its bucket makes removal O(1); a per-level
+    occupancy bitmap finds the next non-empty slot without scanning empty ones.
+
+    Re-entrancy: a finalizer that the garbage collector runs during any operation may call any method
+    but advance() (RuntimeError) and finds the wheel consistent; see the module docstring.
+
+    Example:
+        >>> w = TimerWheel(0.001)
+        >>> a = w.add(0.010, "a")
+        >>> b = w.add(0.005, "b")
+        >>> w.next_due()
+        0.005
+        >>> " then ".join(item for _, item in w.advance(0.010))
+        'b then a'
+
+    Args:
+        resolution: seconds per tick, > 0 and finite (default 1 ms).
+        slots: slots per level, a power of two from 4 to 4096 (default 64).
+        levels: number of levels, 1 to 8 (default 4).
+        start: the time the wheel starts at; `now` until the first advance() (default 0.0).
+
+    Raises:
+        ValueError: an argument out of its range (the message names it).
+        TypeError: slots or levels not an int, resolution or start not a number.
+    """
+
+    __slots__ = ()
+
+    # -- read-only geometry and time ---------------------------------------------------------------------
+
+    @property
+    def resolution(self) -> float:
+        """Seconds per tick."""
+        return self._resolution
+
+    @property
+    def slots(self) -> int:
+        """Slots per level (a power of two)."""
+        return self._slots
+
+    @property
+    def levels(self) -> int:
+        """Number of levels, as given to the constructor."""
+        return self._levels
+
+    @property
+    def now(self) -> float:
+        """The time passed to the last advance(), or `start` before the first."""
+        return self._now
+
+    @property
+    def horizon(self) -> float:
+        """start + 2**62 ticks: the wheel refuses times from about here on (OverflowError)."""
+        return self._start + MAX_TICKS * self._resolution
+
+    def __len__(self) -> int:
+        """Number of pending timers. O(1)."""
+        return self._count
+
+    def __reduce__(self) -> Any:
+        raise TypeError("TimerWheel cannot be pickled or copied")
+
+    def __repr__(self) -> str:
+        return (
+            f"TimerWheel(resolution={self._resolution!r}, slots={self._slots}, levels={self._levels}, "
+            f"now={self._now!r}, pending={self._count})"
+        )
+
+    # -- the public operations ---------------------------------------------------------------------------
+
+    def add(self, delay: float, item: Any) -> int:
+        """Add a timer due at now + `delay` seconds carrying `item`; return its id. O(1).
+
+        Raises:
+            ValueError: delay is negative or not finite.
+            OverflowError: the due is more than 2**62 ticks after the wheel's start.
+        """
+        delay = _seconds(delay, "delay")
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        due = self._now + delay
+        return self._insert(due, self._tick_of(due, "delay"), item)
+
+    def add_at(self, due: float, item: Any) -> int:
+        """Add a timer due at the absolute time `due`; return its id. O(1).
+
+        A due at or before `now` is allowed: the timer comes out at the next advance().
+
+        Raises:
+            ValueError: due is not finite.
+            OverflowError: due is more than 2**62 ticks after the wheel's start.
+        """
+        due = _seconds(due, "due")
+        return self._insert(due, self._tick_of(due, "due"), item)
+
+    def cancel(self, timer_id: int) -> bool:
+        """Remove a pending timer. O(1).
+
+        Returns:
+            True if it was pending and is now removed; False if the id is unknown, fired or cancelled.
+
+        Raises:
+            TypeError: timer_id is not an int.
+        """
+        idx = self._lookup(timer_id)
+        if idx < 0:
+            return False
+        # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
+        entry = self._entries[idx]
+        bucket = entry.bucket
+        if bucket == FREE or entry.gen != timer_id >> ID_BITS:
+            return False
+        lst = self._buckets[bucket]
+        del lst[idx]
+        if not lst and bucket != self._current:
+            self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
+        if self._min_valid and entry.due <= self._min_due:
+            self._min_valid = False
+        item = entry.item  # dies when this frame does, after the bookkeeping: its __del__ may call back
+        entry.item = None
+        entry.gen += 1
+        entry.bucket = FREE
+        entry.next_free = self._free
+        self._free = idx
+        self._count -= 1
+        self._version += 1
+        del item
+        return True
+
+    def reschedule(self, timer_id: int, delay: float) -> bool:
+        """Move a pending timer to now + `delay`, keeping its id. O(1); the keep-alive operation.
+
+        The timer counts as freshly added for the order of equal dues. Where the new due lands in the same
+        slot, the entry is not moved at all.
+
+        Returns:
+            True if the timer was pending; False (and nothing changes) otherwise.
+
+        Raises:
+            TypeError: timer_id is not an int.
+            ValueError: delay is negative or not finite.
+            OverflowError: the new due is more than 2**62 ticks after the wheel's start.
+        """
+        _check_id(timer_id)
+        delay = _seconds(delay, "delay")
+        if delay < 0:
+            raise ValueError(f"delay must be >= 0, got {delay!r}")
+        due = self._now + delay
+        return self._move(timer_id, due, self._tick_of(due, "delay"))
+
+    def reschedule_at(self, timer_id: int, due: float) -> bool:
+        """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule().
+
+        A due at or before `now` comes out at the next advance().
+
+        Raises:
+            TypeError: timer_id is not an int.
+            ValueError: due is not finite.
+            OverflowError: due is more than 2**62 ticks after the wheel's start.
+        """
+        _check_id(timer_id)
+        due = _seconds(due, "due")
+        return self._move(timer_id, due, self._tick_of(due, "due"))
+
+    def due(self, timer_id: int) -> float | None:
+        """The exact due of a pending timer, or None. O(1). TypeError if timer_id is not an int."""
+        idx = self._lookup(timer_id)
+        return None if idx < 0 else self._entries[idx].due
+
+    def __contains__(self, timer_id: object) -> bool:
+        """`timer_id in wheel`: True while the timer is pending. TypeError if timer_id is not an int."""
+        return self._lookup(timer_id) >= 0
+
+    def clear(self) -> None:
+        """Remove every pending timer; their ids become stale. `now` is kept. O(levels x slots + pending).
+
+        Timers added while it runs (by a finalizer) may survive it.
+        """
+        dropped = []  # the items die after the bookkeeping: a __del__ may call back into the wheel
+        entries = self._entries
+        for bucket, lst in enumerate(self._buckets):
+            for idx in list(lst):  # a snapshot: a finalizer may change the bucket meanwhile
+                entry = entries[idx]
+                # commit: no calls, loops or allocations
+                if entry.bucket != bucket:
+                    continue
+                del lst[idx]
+                if not lst and bucket != self._current:
+                    self._bitmaps[bucket >> self._bits] &= ~(1 << (bucket & self._mask))
+                item = entry.item
+                entry.item = None
+                entry.gen += 1
+                entry.bucket = FREE
+                entry.next_free = self._free
+                self._free = idx
+                self._count -= 1
+                self._min_valid = False
+                self._version += 1
+                dropped.append(item)
+        del dropped
+
+    # -- time --------------------------------------------------------------------------------------------
+
     def advance(self, now: float) -> list[tuple[int, Any]]:
         """Move time to `now`; remove and return every timer with due <= now as (timer_id, item).
 
@@ -732,68 +808,3 @@ class TimerWheel:
                 return due
             if version == self._version:
                 return due
-
-    def _first_slot(self) -> int:
-        """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
-        while True:
-            version = self._version
-            _, bucket = self._next_event()
-            if bucket >> self._bits != self._top:
-                return bucket
-            exact = min(self._entries[idx].tick for idx in list(self._buckets[bucket])) >> self._span_bits
-            slot = bucket & self._mask
-            # commit: no calls between the check and the store
-            if version != self._version:
-                continue  # a finalizer changed the wheel meanwhile: look again
-            if exact == self._top_epoch[slot]:
-                return bucket
-            self._top_epoch[slot] = exact  # was a stale lower bound (its earliest timer left): look again
-
-    # -- invariants -----------------------------------------------------------------------------------
-
-    def _location(self, timer_id: int) -> tuple[int, int, int] | None:
-        """(level, slot, position) of a pending timer; level == levels used for CURRENT. For tests."""
-        idx = self._lookup(timer_id)
-        if idx < 0:
-            return None
-        bucket = self._entries[idx].bucket
-        return bucket >> self._bits, bucket & self._mask, list(self._buckets[bucket]).index(idx)
-
-    def _check(self) -> None:
-        """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
-        seen = 0
-        elapsed = self._elapsed
-        assert not self._advancing
-        assert self._size == len(self._entries)
-        assert elapsed == self._tick_of(self._now, "now")
-        for bucket, lst in enumerate(self._buckets):
-            for idx in lst:
-                entry = self._entries[idx]
-                assert entry.bucket == bucket, (bucket, idx)
-                assert entry.tick == self._tick_of(entry.due, "due")
-                if bucket == self._current:
-                    assert entry.tick <= elapsed
-                else:
-                    level, slot = bucket >> self._bits, bucket & self._mask
-                    assert entry.tick > elapsed
-                    assert level_for(elapsed, entry.tick, self._bits, self._top) == level
-                    assert slot_for(entry.tick, level, self._bits) == slot
-                    if level == self._top:
-                        assert self._top_epoch[slot] <= entry.tick >> self._span_bits
-                        assert self._top_event()[0] > elapsed
-            seen += len(lst)
-            if bucket != self._current:
-                level, slot = bucket >> self._bits, bucket & self._mask
-                assert bool(self._bitmaps[level] >> slot & 1) == bool(lst), (bucket, lst)
-        assert seen == self._count
-        free = 0
-        idx = self._free
-        while idx >= 0:
-            assert self._entries[idx].bucket == FREE and self._entries[idx].item is None
-            free += 1
-            idx = self._entries[idx].next_free
-        assert free + self._count == len(self._entries)
-        if self._min_valid and self._count:
-            assert self._min_due == min(self._entries[i].due for lst in self._buckets for i in lst), (
-                "stale next_due cache"
-            )

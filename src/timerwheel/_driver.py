@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ._clock import Clock
+from ._core import TimerWheel
 from ._scheduler import Run, Scheduler, TimerStore, log_safely
 from ._types import (
     AlreadyRunningError,
@@ -82,6 +83,12 @@ class DriverBase:
             "logger": logger,
             "propagate": self._PROPAGATE,
         }
+        if store is None:  # the geometry is checked now, also by a driver that makes its engine later
+            TimerWheel(
+                0.001 if resolution is None else resolution,
+                slots=64 if slots is None else slots,
+                levels=4 if levels is None else levels,
+            )
         self._missed = missed
         self._logger = logger or logging.getLogger("timerwheel")
         # One reentrant lock guards everything: an observer or an error handler may call back in.
@@ -99,9 +106,10 @@ class DriverBase:
         return engine
 
     def __repr__(self) -> str:
-        pending = self._engine.stats().pending if hasattr(self, "_engine") else 0
+        engine = getattr(self, "_engine", None)
+        pending, timers = (engine.stats().pending, engine.timers) if engine is not None else (0, 0)
         fault = f" clock failing: {self._fault!r}" if self._fault is not None else ""
-        return f"<{type(self).__name__} {self._state.value} pending={pending}{fault}>"
+        return f"<{type(self).__name__} {self._state.value} pending={pending} timers={timers}{fault}>"
 
     # -- the engine's Driver protocol: the subclass's -------------------------------------------------
 
