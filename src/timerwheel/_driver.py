@@ -205,23 +205,9 @@ class DriverBase:
             ClockError: the driver cannot read its clock just now.
             ValueError, TypeError: as Scheduler.schedule; timeout not > 0; context not a bool.
         """
-        options = self._options(fn, context, timeout)
-        with self._lock:
-            self._check_accepting()
-            try:
-                return self._engine.schedule(
-                    delay,
-                    fn,
-                    interval,
-                    args=args,
-                    kwargs=kwargs,
-                    mode=mode,
-                    missed=self._missed if missed is None else missed,
-                    options=options,
-                )
-            except Exception as exc:
-                self._refuse_if_the_clock_fails(exc)
-                raise
+        return self._add(
+            self._engine.schedule, delay, fn, interval, args, kwargs, mode, missed, context, timeout
+        )
 
     def schedule_at(
         self,
@@ -237,12 +223,29 @@ class DriverBase:
         timeout: float | None = None,
     ) -> int:
         """Run fn at the clock time `when`, as Scheduler.schedule_at; otherwise as schedule()."""
+        return self._add(
+            self._engine.schedule_at, when, fn, interval, args, kwargs, mode, missed, context, timeout
+        )
+
+    def _add(
+        self,
+        method: Callable[..., int],
+        time_arg: float,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        mode: RepeatMode,
+        missed: Missed | None,
+        context: bool,
+        timeout: float | None,
+    ) -> int:
         options = self._options(fn, context, timeout)
         with self._lock:
             self._check_accepting()
             try:
-                return self._engine.schedule_at(
-                    when,
+                return method(
+                    time_arg,
                     fn,
                     interval,
                     args=args,

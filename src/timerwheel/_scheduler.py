@@ -142,15 +142,6 @@ class _Task:
         self.last_call = 0  # the drain() call that last took it: at most one run per call
         self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
 
-    def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
-        if self.timer_id != timer_id or not self.live:
-            return 0  # cancelled or moved by an earlier item of this batch (or by a finalizer)
-        self.timer_id = None
-        if self.last_call == engine._calls:  # a recurring task runs at most once per drain() call
-            engine._deferred.append(self)
-            return 0
-        return engine._fire(self, now, driver)
-
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain()
             self.timer_id = None
@@ -223,16 +214,23 @@ class Run:
         """The job is about to be called: count it (Stats.executed counts runs started), arm its deadline.
         Returns the start time."""
         engine = self._engine
-        task = self._leave_waiting()
+        if self._state != _TAKEN:
+            raise RuntimeError(f"{self!r} was started, finished or dropped already")
+        task = self.task
+        if task.waiting is self:
+            task.waiting = None
+        engine._waiting -= 1
         self._state = _STARTED
         engine._executed += 1
-        if task.interval is None and engine._tasks.get(task.id) is task:
+        if task.interval is None and task.live:  # a live task is in the table
             task.live = False
             del engine._tasks[task.id]  # a one-shot is finished once it starts
-        try:
-            self.started_at = engine.now()
-        except Exception:  # the clock fails just now: the latest good reading (a driver will notice)
-            self.started_at = engine._latest
+        now = engine._read()
+        if type(now) is float and engine._latest <= now < engine._horizon:  # now(), inline
+            engine._latest = now
+        else:  # a clock that fails just now: the latest good reading (a driver will notice)
+            now = engine._reading(engine._latest)
+        self.started_at = now
         timeout = task.options.timeout
         if timeout is not None:
             deadline = _Deadline(self, self.started_at + timeout)
@@ -243,8 +241,8 @@ class Run:
             else:
                 self.deadline = deadline
                 engine._others += 1
-                if not engine._draining:
-                    engine._driver.wake(deadline.due)
+                if engine._wake is not None and not engine._draining:
+                    engine._wake(deadline.due)
         return self.started_at
 
     def call(self) -> Any:
@@ -262,7 +260,11 @@ class Run:
             raise RuntimeError(f"{self!r} was not started, or finished already")
         self._state = _DONE
         engine = self._engine
-        finished = engine._reading(self.started_at)
+        finished = engine._read()
+        if type(finished) is float and engine._latest <= finished < engine._horizon:  # now(), inline
+            engine._latest = finished
+        else:
+            finished = engine._reading(self.started_at)
         task = self.task
         task.running -= 1
         engine._running -= 1
@@ -278,12 +280,14 @@ class Run:
         if task.mode is RepeatMode.FIXED_DELAY:
             engine._rearm_after(task, finished)
         reports = engine._reports
-        reports.event(
-            task.id, self.scheduled_for, self.started_at, finished, error=error, timed_out=timed_out
-        )
+        if reports.observer is not None:
+            reports.event(
+                task.id, self.scheduled_for, self.started_at, finished, error=error, timed_out=timed_out
+            )
         if error is not None:
             reports.error(task.id, error)
-        reports.warn(task, finished - self.started_at, timed_out)
+        if timed_out or task.interval is not None:
+            reports.warn(task, finished - self.started_at, timed_out)
 
     def drop(self) -> None:
         """The run will not be executed (backpressure, or the scheduler closing): counted and reported.
@@ -571,6 +575,7 @@ class _Engine:
         self._deferred: list[_Task] = []  # recurring tasks due again in this drain() call: the next one
         self._draining = False  # a job calling run_pending() again would break the once-per-call rule
         self._driver: Driver = self
+        self._wake: Callable[[float], None] | None = None  # the bound driver's wake (none for run_pending)
 
     @property
     def clock(self) -> Clock:
@@ -629,16 +634,16 @@ class _Engine:
         timer.id = self._store.add_at(due, timer)
         timer.due = due
         self._others += 1
-        if not self._draining:
-            self._driver.wake(due)
+        if self._wake is not None and not self._draining:
+            self._wake(due)
 
     def move_timer(self, timer: Timer, due: float) -> bool:
         """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
         if timer.id is None or not self._store.reschedule_at(timer.id, due):
             return False
         timer.due = due
-        if not self._draining:
-            self._driver.wake(due)
+        if self._wake is not None and not self._draining:
+            self._wake(due)
         return True
 
     def cancel_timer(self, timer: Timer) -> bool:
@@ -685,6 +690,7 @@ class _Engine:
     def bind(self, driver: Driver) -> None:
         """Make `driver` the one that drain() hands runs to and that is told when something is armed."""
         self._driver = driver
+        self._wake = None if driver is self else driver.wake
 
     def drain(self, now: float, driver: Driver | None = None) -> int:
         """Take everything due at `now` in (due, add order) order and apply the rules: hand each job's run
@@ -710,9 +716,17 @@ class _Engine:
                 taken = 0
                 if not batch:
                     return started
+                calls = self._calls
                 for timer_id, item in batch:
                     taken += 1
-                    started += item._due(self, timer_id, now, driver)
+                    if type(item) is not _Task:  # a plain timer, or a deadline
+                        item._due(self, timer_id, now, driver)
+                    elif item.timer_id == timer_id and item.live:  # not cancelled or moved meanwhile
+                        item.timer_id = None
+                        if item.last_call == calls:  # a recurring task runs at most once per drain()
+                            self._deferred.append(item)
+                        else:
+                            started += self._fire(item, now, driver)
         finally:
             # Normally only the deferred tasks; after a BaseException also the rest of the batch.
             for timer_id, item in batch[taken:]:
@@ -806,8 +820,8 @@ class _Engine:
             return
         task.timer_id = timer_id
         task.due = due
-        if not self._draining:
-            self._driver.wake(due)
+        if self._wake is not None and not self._draining:
+            self._wake(due)
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
@@ -964,7 +978,12 @@ class Scheduler(_Engine):
             delay = seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
-        return self._add(self.now() + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
+        now = self._read()
+        if type(now) is float and self._latest <= now < self._horizon:  # now(), inline: the common case
+            self._latest = now
+        else:
+            now = self.now()
+        return self._add(now + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
 
     def schedule_at(
         self,
@@ -998,13 +1017,16 @@ class Scheduler(_Engine):
         options: RunOptions | None,
         name: str,
     ) -> int:
-        function(fn, "fn")
+        if not callable(fn):  # the checks inline, the validators only to say what is wrong
+            function(fn, "fn")
         if interval is not None:
             interval = seconds(interval, "interval")
             if interval <= 0:
                 raise ValueError(f"interval must be > 0, got {interval!r}")
-        member(mode, RepeatMode, "mode")
-        member(missed, Missed, "missed")
+        if type(mode) is not RepeatMode:
+            member(mode, RepeatMode, "mode")
+        if type(missed) is not Missed:
+            member(missed, Missed, "missed")
         if options is None:
             options = _NO_OPTIONS
         elif not isinstance(options, RunOptions):
@@ -1030,8 +1052,8 @@ class Scheduler(_Engine):
             raise
         task.timer_id = timer_id
         self._tasks[task_id] = task
-        if not self._draining:
-            self._driver.wake(due)
+        if self._wake is not None and not self._draining:
+            self._wake(due)
         return task_id
 
     def cancel(self, task_id: int) -> bool:
@@ -1076,7 +1098,12 @@ class Scheduler(_Engine):
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        due = self.now() + delay
+        now = self._read()
+        if type(now) is float and self._latest <= now < self._horizon:  # now(), inline: the common case
+            self._latest = now
+        else:
+            now = self.now()
+        due = now + delay
         timer_id = task.timer_id
         try:
             if timer_id is None or not self._store.reschedule_at(timer_id, due):
@@ -1089,8 +1116,8 @@ class Scheduler(_Engine):
         except OverflowError as exc:  # raised before anything changed
             raise OverflowError(f"delay is too far ahead: {exc}") from None
         task.due = task.first_due = due
-        if not self._draining:
-            self._driver.wake(due)
+        if self._wake is not None and not self._draining:
+            self._wake(due)
         return True
 
     # -- running -----------------------------------------------------------------------------------------
