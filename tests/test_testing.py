@@ -17,7 +17,7 @@ def test_advance_and_set() -> None:
     clock.set(10)
     assert clock() == 10.0
     clock.set(10)
-    assert repr(clock) == "ManualClock(10.0)"
+    assert repr(clock) == "ManualClock(10.0, wall=10.0)"
     assert ManualClock(5)() == 5.0
 
 
@@ -115,3 +115,45 @@ def test_virtual_time_loop_rejects_a_bad_start() -> None:
 
     with pytest.raises(ValueError, match="start"):
         VirtualTimeLoop(start=float("nan"))
+
+
+def test_the_wall_clock_moves_with_time_and_steps_alone() -> None:
+    clock = ManualClock(100.0, wall=1_700_000_000.0)
+    seen: list[float] = []
+    clock.subscribe(seen.append)
+    assert clock.wall() == 1_700_000_000.0
+    clock.advance(5)
+    assert clock.wall() == 1_700_000_005.0
+    clock.set_wall(1_699_999_000.0)  # an NTP step back: monotonic time stands still
+    assert clock() == 105.0
+    assert clock.wall() == 1_699_999_000.0
+    assert seen == [105.0, 105.0]  # subscribers hear of the step, so drivers look again
+    clock.advance(1)
+    assert clock.wall() == 1_699_999_001.0
+    with pytest.raises(ValueError, match="t must be finite"):
+        clock.set_wall(math.nan)
+    with pytest.raises(TypeError, match="t must be a real number"):
+        clock.set_wall("now")  # type: ignore[arg-type]
+    assert clock.wall() == 1_699_999_001.0
+    with pytest.raises(ValueError, match="wall must be finite"):
+        ManualClock(wall=math.inf)
+
+
+def test_virtual_time_loop_has_a_wall_clock() -> None:
+    import asyncio
+
+    from timerwheel.testing import VirtualTimeLoop
+
+    loop = VirtualTimeLoop(start=50.0, wall=1000.0)
+    try:
+        assert loop.wall() == 1000.0
+        loop.run_until_complete(asyncio.sleep(30))
+        assert loop.wall() == 1030.0
+        loop.set_wall(10.0)
+        assert loop.time() == 80.0
+        assert loop.wall() == 10.0
+        with pytest.raises(ValueError, match="t must be finite"):
+            loop.set_wall(math.inf)
+        assert loop.wall() == 10.0
+    finally:
+        loop.close()

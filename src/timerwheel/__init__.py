@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
 from ._core import BACKEND, TimerWheel
+from ._cron import Cron
 from ._heap import HeapScheduler
+from ._keyed import KeyedScheduler, KeyInfo, KeyState, Reschedule
 from ._scheduler import JobContext, Scheduler
 from ._threaded import ThreadedScheduler
 from ._types import (
@@ -54,12 +56,17 @@ __all__ = [
     "Clock",
     "ClockError",
     "ClosedError",
+    "Cron",
     "HeapScheduler",
     "JobContext",
     "JobEvent",
+    "KeyInfo",
+    "KeyState",
+    "KeyedScheduler",
     "Missed",
     "NotStartedError",
     "RepeatMode",
+    "Reschedule",
     "RunOptions",
     "Scheduler",
     "Stats",

@@ -21,7 +21,7 @@ from threading import get_ident
 from typing import Any
 
 from ._clock import Clock
-from ._driver import DriverBase, Lifecycle
+from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
 from ._pool import TaskPool
 from ._scheduler import Run, Timer, TimerStore
 from ._types import Backpressure, JobEvent, Missed, NotStartedError
@@ -293,12 +293,18 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 
 
 class _LoopClock(Clock):
-    """An event loop's time as a Clock: loop.time(), or time.monotonic where that is all it does."""
+    """An event loop's time as a Clock: loop.time(), or time.monotonic where that is all it does; its wall
+    clock is the loop's own wall() where it has one (VirtualTimeLoop), else time.time()."""
 
-    __slots__ = ("_time",)
+    __slots__ = ("_time", "_wall")
 
-    def __init__(self, read: Callable[[], float]) -> None:
+    def __init__(self, read: Callable[[], float], wall: Callable[[], float]) -> None:
         self._time = read
+        self._wall = wall
+
+    def wall(self) -> float:
+        """The loop's wall clock."""
+        return self._wall()
 
     def __call__(self) -> float:
         """loop.time()."""
@@ -351,6 +357,8 @@ class AsyncScheduler(DriverBase):
         observer: called with a JobEvent for every run, drop and skip (on the loop, quickly).
         error_handler: called with (task_id, exception) when a job raises.
         logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
+        wall_clock: POSIX seconds, for calendar tasks (schedule_wall, schedule_cron, KeyedScheduler);
+            default: the clock's own wall() (time.time for real clocks, the loop's for VirtualTimeLoop).
     """
 
     _PROPAGATE = (KeyboardInterrupt, SystemExit)  # through the loop, as asyncio's own callbacks do
@@ -369,6 +377,7 @@ class AsyncScheduler(DriverBase):
         observer: Callable[[JobEvent], object] | None = None,
         error_handler: Callable[[int, BaseException], object] | None = None,
         logger: logging.Logger | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         if loop is not None and not isinstance(loop, asyncio.AbstractEventLoop):
             raise TypeError(f"loop must be an asyncio event loop or None, not {type(loop).__name__}")
@@ -389,6 +398,7 @@ class AsyncScheduler(DriverBase):
             observer=observer,
             error_handler=error_handler,
             logger=logger,
+            wall_clock=wall_clock,
         )
         self._limit = max_concurrency
         self._backpressure = backpressure
@@ -411,7 +421,8 @@ class AsyncScheduler(DriverBase):
         # loop.time() itself, or time.monotonic when that is all loop.time() does (asyncio's own loops):
         # the same values, without a Python-level call on every schedule and reset.
         self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
-        self._make_engine(_LoopClock(self._time))
+        wall = getattr(loop, "wall", None)
+        self._make_engine(_LoopClock(self._time, wall if callable(wall) else time.time))
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -673,6 +684,8 @@ class AsyncScheduler(DriverBase):
             self._dispatching = False
             if self._state is Lifecycle.RUNNING:
                 due = engine.next_due()
+                if engine.calendar:  # wake now and then: a step of the wall clock moves calendar tasks
+                    due = min(now + CALENDAR_WAKE, math.inf if due is None else due)
                 if due is not None:
                     self._arm(due)
 

@@ -16,6 +16,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from ._clock import Clock
@@ -36,6 +37,9 @@ from ._types import (
 from ._validate import boolean, callable_or_none, member
 
 __all__ = ["DriverBase", "Lifecycle"]
+
+#: A driver with calendar tasks wakes at least this often (seconds), to notice a step of the wall clock.
+CALENDAR_WAKE = 30.0
 
 
 class Lifecycle(enum.Enum):
@@ -67,8 +71,10 @@ class DriverBase:
         observer: Callable[[JobEvent], object] | None,
         error_handler: Callable[[int, BaseException], object] | None,
         logger: logging.Logger | None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         member(missed, Missed, "missed")
+        callable_or_none(wall_clock, "wall_clock")
         callable_or_none(observer, "observer")
         callable_or_none(error_handler, "error_handler")
         if logger is not None and not isinstance(logger, logging.Logger):
@@ -82,6 +88,7 @@ class DriverBase:
             "error_handler": error_handler,
             "logger": logger,
             "propagate": self._PROPAGATE,
+            "wall_clock": wall_clock,
         }
         if store is None:  # the geometry is checked now, also by a driver that makes its engine later
             TimerWheel(
@@ -258,6 +265,50 @@ class DriverBase:
                 self._refuse_if_the_clock_fails(exc)
                 raise
 
+    def schedule_wall(
+        self,
+        when: float | datetime,
+        fn: Callable[..., Any],
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        context: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Run fn once at the wall-clock time `when` (POSIX seconds or an aware datetime), as
+        Scheduler.schedule_wall: a calendar task, moved when the wall clock steps, never early."""
+        options = self._options(fn, context, timeout)
+        with self._lock:
+            self._check_accepting()
+            return self._engine.schedule_wall(when, fn, args=args, kwargs=kwargs, options=options)
+
+    def reschedule_wall(self, task_id: int, when: float | datetime) -> bool:
+        """Move a task's next run to the wall-clock time `when`. As Scheduler.reschedule_wall. O(1)."""
+        with self._lock:
+            self._check_accepting()
+            return self._engine.reschedule_wall(task_id, when)
+
+    def schedule_cron(
+        self,
+        cron: Any,
+        fn: Callable[..., Any],
+        *,
+        tz: Any = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        context: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Run fn at every point of a cron schedule (a Cron, or an expression with `tz`), as
+        Scheduler.schedule_cron: late by one or more points, it runs once and goes on after now."""
+        options = self._options(fn, context, timeout)
+        with self._lock:
+            self._check_accepting()
+            return self._engine.schedule_cron(
+                cron, fn, tz=tz, args=args, kwargs=kwargs, mode=mode, options=options
+            )
+
     def cancel(self, task_id: int) -> bool:
         """Cancel a task; once this returns True the task never starts again. As Scheduler.cancel. O(1)."""
         with self._lock:
@@ -294,6 +345,10 @@ class DriverBase:
             ) from clock_error
 
     # -- introspection --------------------------------------------------------------------------------------
+
+    def wall(self) -> float:
+        """The scheduler's wall clock now, in POSIX seconds (its `wall_clock`)."""
+        return self._engine.wall()
 
     def next_fire_time(self, task_id: int) -> float | None:
         """The clock time of a task's next run, or None if it is not armed."""

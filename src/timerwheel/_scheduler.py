@@ -23,6 +23,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ._clock import Clock, as_clock
@@ -37,6 +38,10 @@ logger = logging.getLogger("timerwheel")
 #: errors keeps the messages of the most recent failed runs, at most this many.
 MAX_ERRORS = 1000
 _NO_OPTIONS = RunOptions()
+#: A change of the wall clock against the monotonic one larger than this is a step: calendar tasks move.
+#: (Slower drift, an NTP slew, is absorbed where it matters: a calendar task never fires before its wall
+#: time, whatever the offset said when it was armed.)
+_WALL_STEP = 0.001
 
 
 class TimerStore(Protocol):
@@ -98,6 +103,7 @@ class _Task:
 
     __slots__ = (
         "args",
+        "cron",
         "due",
         "first_due",
         "fn",
@@ -109,9 +115,11 @@ class _Task:
         "missed",
         "mode",
         "options",
+        "repeat",
         "running",
         "timer_id",
         "waiting",
+        "wall",
     )
 
     def __init__(
@@ -141,6 +149,9 @@ class _Task:
         self.waiting: Run | None = None  # its run taken but not started (waiting for a worker or a slot)
         self.last_call = 0  # the drain() call that last took it: at most one run per call
         self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
+        self.cron: Any = None  # a calendar task's Cron (its points are wall-clock times), or None
+        self.wall: float | None = None  # a calendar task's due on the wall clock (POSIX seconds), or None
+        self.repeat = interval is not None  # recurring: an interval, or a Cron
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain()
@@ -222,14 +233,20 @@ class Run:
         engine._waiting -= 1
         self._state = _STARTED
         engine._executed += 1
-        if task.interval is None and task.live:  # a live task is in the table
+        if not task.repeat and task.live:  # a live task is in the table
             task.live = False
             del engine._tasks[task.id]  # a one-shot is finished once it starts
-        now = engine._read()
-        if type(now) is float and engine._latest <= now < engine._horizon:  # now(), inline
-            engine._latest = now
-        else:  # a clock that fails just now: the latest good reading (a driver will notice)
-            now = engine._reading(engine._latest)
+            if task.wall is not None:
+                engine._cal.tasks.discard(task)
+        try:
+            now = engine._read()
+        except Exception:  # a clock that fails just now: the latest good reading (a driver will notice)
+            now = engine._latest
+        else:
+            if type(now) is float and engine._latest <= now < engine._horizon:  # now(), inline
+                engine._latest = now
+            else:
+                now = engine._reading(engine._latest)
         self.started_at = now
         timeout = task.options.timeout
         if timeout is not None:
@@ -260,11 +277,15 @@ class Run:
             raise RuntimeError(f"{self!r} was not started, or finished already")
         self._state = _DONE
         engine = self._engine
-        finished = engine._read()
-        if type(finished) is float and engine._latest <= finished < engine._horizon:  # now(), inline
-            engine._latest = finished
+        try:
+            finished = engine._read()
+        except Exception:  # the run is still accounted for (a driver will report the clock)
+            finished = max(self.started_at, engine._latest)
         else:
-            finished = engine._reading(self.started_at)
+            if type(finished) is float and engine._latest <= finished < engine._horizon:  # now(), inline
+                engine._latest = finished
+            else:
+                finished = engine._reading(self.started_at)
         task = self.task
         task.running -= 1
         engine._running -= 1
@@ -277,7 +298,7 @@ class Run:
         timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
         if error is not None:
             engine._failed += 1
-        if task.mode is RepeatMode.FIXED_DELAY:
+        if task.mode is RepeatMode.FIXED_DELAY and task.repeat:
             engine._rearm_after(task, finished)
         reports = engine._reports
         if reports.observer is not None:
@@ -300,7 +321,7 @@ class Run:
         task.running -= 1
         engine._running -= 1
         engine._dropped += 1
-        if task.interval is None and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
+        if not task.repeat and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
             task.live = False
             del engine._tasks[task.id]
         now = engine._reading(engine._latest)
@@ -424,6 +445,15 @@ def _after(now: float, interval: float) -> float:
     return due if due > now else math.nextafter(now, math.inf)
 
 
+def _posix(when: Any, name: str) -> float:
+    """A wall-clock time as POSIX seconds: a number, or an aware datetime (a naive one is refused)."""
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError(f"{name} must be an aware datetime, got the naive {when!r}")
+        return when.timestamp()
+    return seconds(when, name)
+
+
 def _clock_value(value: Any) -> float:
     """A clock's reading as a finite float, or a ValueError / TypeError that says the clock gave it."""
     try:
@@ -449,6 +479,39 @@ def log_safely(
             raise
         with contextlib.suppress(BaseException):  # a closed or broken stderr: nothing is left to tell
             sys.stderr.write(f"timerwheel: the logger raised {exc!r} while logging: {msg % args}\n")
+
+
+class _Calendar:
+    """The wall clock of an engine, and its calendar tasks: the tasks whose dues are wall-clock times.
+
+    A calendar due is converted to the monotonic clock through the offset (wall - monotonic) seen when it
+    is armed. follow() reads the wall clock at every drain; when the offset has changed by more than
+    _WALL_STEP (an NTP step, a machine that slept), every armed calendar task moves to its wall time on the
+    new offset. Slower drift needs no move: a calendar task never fires before its wall time anyway (the
+    engine checks it at the fire).
+    """
+
+    __slots__ = ("clock", "now", "offset", "tasks")
+
+    def __init__(self, clock: Callable[[], float], start: float) -> None:
+        self.clock = clock
+        self.now = _clock_value(clock())  # the wall clock at the last follow()
+        self.offset = self.now - start  # wall - monotonic, as seen last
+        self.tasks: set[_Task] = set()  # live calendar tasks
+
+    def follow(self, now: float, store: TimerStore) -> float:
+        """Read the wall clock (monotonic time `now`); move the calendar tasks if it stepped. Returns it."""
+        wall_now = _clock_value(self.clock())
+        offset = wall_now - now
+        if abs(offset - self.offset) > _WALL_STEP:
+            self.offset = offset
+            for task in list(self.tasks):
+                if task.timer_id is not None and task.wall is not None:
+                    due = task.wall - offset
+                    if store.reschedule_at(task.timer_id, due):
+                        task.due = due
+        self.now = wall_now
+        return wall_now
 
 
 class _Reports:
@@ -542,8 +605,10 @@ class _Engine:
         error_handler: Callable[[int, BaseException], object] | None = None,
         logger: logging.Logger | None = None,
         propagate: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit),
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         self._clock = as_clock(clock)
+        callable_or_none(wall_clock, "wall_clock")
         callable_or_none(observer, "observer")
         callable_or_none(error_handler, "error_handler")
         if logger is not None and not isinstance(logger, logging.Logger):
@@ -576,6 +641,7 @@ class _Engine:
         self._draining = False  # a job calling run_pending() again would break the once-per-call rule
         self._driver: Driver = self
         self._wake: Callable[[float], None] | None = None  # the bound driver's wake (none for run_pending)
+        self._cal = _Calendar(self._clock.wall if wall_clock is None else wall_clock, start)
 
     @property
     def clock(self) -> Clock:
@@ -709,6 +775,8 @@ class _Engine:
         started = 0
         batch: list[tuple[int, Any]] = []
         taken = 0  # entries of `batch` dealt with
+        if self._cal.tasks:  # a wall clock that stepped moves the calendar tasks first
+            self._cal.follow(now, store)
         self._draining = True
         try:
             while True:
@@ -757,6 +825,11 @@ class _Engine:
         """The driver protocol, for run_pending(): nothing to interrupt (runs are inline)."""
 
     def _fire(self, task: _Task, now: float, driver: Driver) -> int:
+        if task.wall is not None:
+            wall_now = self._cal.now
+            if wall_now < task.wall:  # never before its wall time: wait the rest (the wall clock lagged)
+                self._arm(task, now + (task.wall - wall_now))
+                return 0
         scheduled_for = task.due
         task.last_call = self._calls
         if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
@@ -780,7 +853,7 @@ class _Engine:
             # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
             # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
             if (
-                task.interval is not None
+                task.repeat
                 and task.mode is not RepeatMode.FIXED_DELAY
                 and task.timer_id is None
                 and task.live
@@ -789,6 +862,9 @@ class _Engine:
         return 1
 
     def _rearm_on_grid(self, task: _Task, scheduled_for: float, now: float) -> None:
+        if task.cron is not None:  # the next point after the one just due, or after now when late
+            self._arm_cron(task, max(task.wall or 0.0, self._cal.now))
+            return
         interval = task.interval
         if interval is None:
             return
@@ -825,8 +901,42 @@ class _Engine:
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
-        if task.interval is not None and task.timer_id is None and task.live:
+        if task.timer_id is not None or not task.live:
+            return
+        if task.cron is not None:
+            self._arm_cron(task, finished_at + self._cal.offset)
+        elif task.interval is not None:
             self._arm(task, _after(finished_at, task.interval))
+
+    # -- calendar tasks: dues on the wall clock ---------------------------------------------------------
+
+    def wall(self) -> float:
+        """The wall clock now, in POSIX seconds (the scheduler's `wall_clock`)."""
+        return self._cal.clock()
+
+    @property
+    def calendar(self) -> int:
+        """How many calendar tasks (dues on the wall clock) there are: a driver that has some wakes now and
+        then to notice a step of the wall clock."""
+        return len(self._cal.tasks)
+
+    def _arm_wall(self, task: _Task, when: float) -> None:
+        """Arm a live calendar task (not armed) at the wall time `when`."""
+        now = self.now()
+        wall_now = self._cal.follow(now, self._store)
+        task.wall = when
+        self._cal.tasks.add(task)
+        self._arm(task, now if when <= wall_now else now + (when - wall_now))
+
+    def _arm_cron(self, task: _Task, after: float) -> None:
+        """Arm a cron task at its first point after the wall time `after`; end it if there is none."""
+        point = task.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
+        if point is None:  # an expression that matches nothing more: the task is over
+            task.live = False
+            self._tasks.pop(task.id, None)
+            self._cal.tasks.discard(task)
+            return
+        self._arm_wall(task, point.timestamp())
 
     def _log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
         self._reports.log(level, msg, *args, exc_info=exc_info)
@@ -842,6 +952,7 @@ class _Engine:
             if task.waiting is not None:
                 task.waiting.forget()
         self._tasks.clear()
+        self._cal.tasks.clear()
 
     # -- introspection -----------------------------------------------------------------------------------
 
@@ -937,6 +1048,8 @@ class Scheduler(_Engine):
         logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
         propagate: what an observer, an error handler, a logger or a plain timer's callback may raise
             through run_pending() (default KeyboardInterrupt and SystemExit; the rest is logged).
+        wall_clock: POSIX seconds, for calendar tasks (schedule_wall, schedule_cron); default the clock's
+            own wall() (time.time, or a ManualClock's wall).
 
     Example:
         >>> from timerwheel.testing import ManualClock
@@ -1069,6 +1182,8 @@ class Scheduler(_Engine):
         if task is None:
             return False
         task.live = False
+        if task.wall is not None:
+            self._cal.tasks.discard(task)
         timer_id = task.timer_id
         task.timer_id = None
         if timer_id is not None:
@@ -1104,6 +1219,8 @@ class Scheduler(_Engine):
         else:
             now = self.now()
         due = now + delay
+        if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
+            task.waiting.forget()
         timer_id = task.timer_id
         try:
             if timer_id is None or not self._store.reschedule_at(timer_id, due):
@@ -1116,9 +1233,107 @@ class Scheduler(_Engine):
         except OverflowError as exc:  # raised before anything changed
             raise OverflowError(f"delay is too far ahead: {exc}") from None
         task.due = task.first_due = due
+        if task.wall is not None:
+            task.wall = due + self._cal.offset
         if self._wake is not None and not self._draining:
             self._wake(due)
         return True
+
+    # -- calendar tasks: on the wall clock --------------------------------------------------------------
+
+    def schedule_wall(
+        self,
+        when: float | datetime,
+        fn: Callable[..., Any],
+        *,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        options: RunOptions | None = None,
+    ) -> int:
+        """Run fn once at the wall-clock time `when` (POSIX seconds, or an aware datetime); the task id.
+
+        A calendar task: its due is converted to the monotonic clock when it is armed, and moved again
+        whenever the wall clock steps (an NTP correction, a machine that slept), at the next drain (the next
+        run_pending()); it never runs before its wall time. A past `when` runs at the next run_pending().
+
+        Raises:
+            ValueError: when is not finite, or a naive datetime. TypeError: as schedule().
+        """
+        wall = _posix(when, "when")
+        task_id = self._add(
+            self.now(), fn, None, args, kwargs, RepeatMode.FIXED_RATE, Missed.DELAY, options, "when"
+        )
+        self._make_calendar(task_id, wall, None)
+        return task_id
+
+    def reschedule_wall(self, task_id: int, when: float | datetime) -> bool:
+        """Move a task's next run to the wall-clock time `when` (it becomes a calendar task). O(1).
+
+        Returns:
+            True if the task was scheduled; False (and nothing changes) if unknown, finished or cancelled.
+        """
+        if type(task_id) is not int:
+            identifier(task_id, "task_id")
+        wall = _posix(when, "when")
+        task = self._tasks.get(task_id)
+        if task is None:
+            return False
+        now = self.now()
+        delay = max(0.0, wall - self._cal.follow(now, self._store))
+        if not self.reschedule(task_id, delay):
+            return False
+        task.wall = wall
+        self._cal.tasks.add(task)
+        return True
+
+    def schedule_cron(
+        self,
+        cron: Any,
+        fn: Callable[..., Any],
+        *,
+        tz: Any = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        mode: RepeatMode = RepeatMode.FIXED_RATE,
+        options: RunOptions | None = None,
+    ) -> int:
+        """Run fn at every point of a cron schedule (a Cron, or an expression with `tz`); the task id.
+
+        Points are wall-clock times, kept as calendar tasks (see schedule_wall()). A task late by one or
+        more points runs once, late, and goes on at the first point after now: never a burst. `mode` as
+        for schedule(): FIXED_RATE (the next point after the one due), FIXED_DELAY (the first point after
+        the run finished), SKIP_IF_RUNNING.
+
+        Raises:
+            ValueError: a bad expression or zone (the message quotes it). TypeError: as schedule();
+                tz given with a Cron. ImportError: cronsim is missing (pip install 'timerwheel[cron]').
+        """
+        from ._cron import Cron
+
+        if isinstance(cron, Cron):
+            if tz is not None:
+                raise TypeError("tz goes with a cron expression, not with a Cron (it has its own zone)")
+        elif isinstance(cron, str):
+            cron = Cron(cron, tz)
+        else:
+            raise TypeError(f"cron must be a Cron or a cron expression, not {type(cron).__name__}")
+        now = self.now()
+        first = cron.next_after(datetime.fromtimestamp(self._cal.follow(now, self._store), tz=UTC))
+        if first is None:
+            raise ValueError(f"cron: {cron!r} has no point in the future")
+        task_id = self._add(now, fn, None, args, kwargs, mode, Missed.SKIP, options, "cron")
+        self._make_calendar(task_id, first.timestamp(), cron)
+        return task_id
+
+    def _make_calendar(self, task_id: int, wall: float, cron: Any) -> None:
+        """A task just added (armed at now, a placeholder): make it a calendar task armed at `wall`."""
+        task = self._tasks[task_id]
+        task.cron = cron
+        task.repeat = cron is not None
+        timer_id, task.timer_id = task.timer_id, None
+        if timer_id is not None:
+            self._store.cancel(timer_id)
+        self._arm_wall(task, wall)
 
     # -- running -----------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 
 from ._clock import Clock, as_clock
-from ._driver import DriverBase, Lifecycle
+from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
 from ._pool import WorkerPool
 from ._scheduler import Run, TimerStore, log_safely
 from ._types import Backpressure, JobEvent, Missed, NotStartedError, Stats
@@ -71,6 +71,8 @@ class ThreadedScheduler(DriverBase):
         observer: called with a JobEvent for every run, drop and skip (on a scheduler thread, quickly).
         error_handler: called with (task_id, exception) when a job raises.
         logger: where errors and warnings go (default: logging.getLogger("timerwheel")).
+        wall_clock: POSIX seconds, for calendar tasks (schedule_wall, schedule_cron, KeyedScheduler);
+            default: the clock's own wall() (time.time for real clocks, the loop's for VirtualTimeLoop).
     """
 
     _PROPAGATE = ()  # nothing a user callback raises goes through a scheduler thread: it never dies
@@ -90,6 +92,7 @@ class ThreadedScheduler(DriverBase):
         observer: Callable[[JobEvent], object] | None = None,
         error_handler: Callable[[int, BaseException], object] | None = None,
         logger: logging.Logger | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         count(workers, "workers")
         count(queue_size, "queue_size")
@@ -103,6 +106,7 @@ class ThreadedScheduler(DriverBase):
             observer=observer,
             error_handler=error_handler,
             logger=logger,
+            wall_clock=wall_clock,
         )
         self._clock = as_clock(clock)
         self._make_engine(self._clock)
@@ -308,9 +312,14 @@ class ThreadedScheduler(DriverBase):
             raise _ClockFailure(exc) from exc
         try:
             due = engine.next_due()
-            if due is None:
+            if due is None and not engine.calendar:
                 return None, math.inf
-            return due, 0.0 if due <= engine.now() else self._clock.sleep_time(due)
+            if due is not None and due <= engine.now():
+                return due, 0.0
+            sleep = math.inf if due is None else self._clock.sleep_time(due)
+            if engine.calendar:  # wake now and then: a step of the wall clock moves calendar tasks
+                sleep = min(sleep, CALENDAR_WAKE)
+            return due, sleep
         except BaseException as exc:
             raise _ClockFailure(exc) from exc
 
@@ -332,7 +341,8 @@ class ThreadedScheduler(DriverBase):
     def _on_clock(self, now: float) -> None:
         """The clock was moved by hand (a ManualClock): wake the driver if it is now at or past its due."""
         with self._lock:
-            if self._sleep_until != -math.inf and now >= self._sleep_until:  # awake: it will see the time
+            awake = self._sleep_until == -math.inf  # awake: it will see the time anyway
+            if not awake and (now >= self._sleep_until or self._engine.calendar):  # (the wall may have moved)
                 self._woken = True
                 self._wake_up.notify()
 

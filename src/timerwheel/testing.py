@@ -26,6 +26,9 @@ class ManualClock(Clock):
     it (sleep_time() is infinite; moving the clock calls its subscribers). Safe to use from several
     threads.
 
+    It has a wall clock too (wall(), POSIX seconds), which advance() and set() move by the same amount,
+    and which set_wall() steps alone, either way: an NTP correction, or a laptop that slept.
+
     Example:
         >>> clock = ManualClock()
         >>> clock()
@@ -37,10 +40,11 @@ class ManualClock(Clock):
         10.0
     """
 
-    __slots__ = ("_listeners", "_lock", "_now")
+    __slots__ = ("_listeners", "_lock", "_now", "_wall")
 
-    def __init__(self, start: float = 0.0) -> None:
+    def __init__(self, start: float = 0.0, *, wall: float = 0.0) -> None:
         self._now = seconds(start, "start")
+        self._wall = seconds(wall, "wall") - self._now  # wall() - (): what set_wall() changes
         self._lock = threading.Lock()
         self._listeners: list[Callable[[float], object]] = []
 
@@ -49,7 +53,24 @@ class ManualClock(Clock):
         return self._now
 
     def __repr__(self) -> str:
-        return f"ManualClock({self._now!r})"
+        return f"ManualClock({self._now!r}, wall={self.wall()!r})"
+
+    def wall(self) -> float:
+        """The wall clock, POSIX seconds: it moves with advance() and set(); set_wall() steps it alone."""
+        return self._now + self._wall
+
+    def set_wall(self, t: float) -> None:
+        """Step the wall clock alone to `t` (either way), as an NTP correction or a wake from sleep does;
+        the monotonic time does not move. Subscribers are called, so that drivers notice.
+
+        Raises:
+            ValueError: t is not finite. TypeError: t is not a number.
+        """
+        t = _seconds(t, "t")
+        with self._lock:
+            self._wall = t - self._now
+            now = self._now
+        self._notify(now)
 
     def sleep_time(self, deadline: float) -> float:
         """math.inf: the clock reaches a deadline only when a test moves it, which wakes the subscribers."""
@@ -170,6 +191,9 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     at once: an hour of timers takes milliseconds, and tests never flake on a busy machine. Ready I/O is
     still served first; while the loop waits on real I/O only, virtual time stands still.
 
+    Its wall clock (wall(), POSIX seconds from `wall`) moves with the virtual time; set_wall() steps it
+    alone. An AsyncScheduler on this loop takes it as its wall clock.
+
     Example:
         >>> import asyncio
         >>> loop = VirtualTimeLoop()
@@ -180,15 +204,28 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         >>> loop.close()
     """
 
-    def __init__(self, start: float = 1000.0) -> None:
+    def __init__(self, start: float = 1000.0, *, wall: float = 0.0) -> None:
         try:
             start = seconds(start, "start")
+            self._wall_offset = seconds(wall, "wall") - start
         except (TypeError, ValueError, OverflowError):
             self._closed = True  # nothing was opened: asyncio's __del__ must not look for it
             raise
         self._virtual = _VirtualSelector(start)
         super().__init__(self._virtual)
         self._virtual.next_timer = self._next_timer
+
+    def wall(self) -> float:
+        """The virtual wall clock, in POSIX seconds: it moves with loop.time()."""
+        return self._virtual.now + self._wall_offset
+
+    def set_wall(self, t: float) -> None:
+        """Step the wall clock alone to `t` (either way); loop.time() does not move.
+
+        Raises:
+            ValueError: t is not finite. TypeError: t is not a number.
+        """
+        self._wall_offset = seconds(t, "t") - self._virtual.now
 
     def _next_timer(self) -> float | None:
         scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's heap of TimerHandles

@@ -1,0 +1,516 @@
+"""KeyedScheduler: jobs by business key, on every scheduler, deterministic (ManualClock, VirtualTimeLoop).
+
+In the spirit of lib-x/timewheel's scheduler tests, made exact: validation, upsert before start, remove,
+cancel on remove and replace, stale completions, replace_all, the three Reschedule policies, invalid and
+disabled keys, close, run_timeout, races of upserts against fires, and next_run on the injected clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    AsyncScheduler,
+    Cron,
+    JobContext,
+    JobEvent,
+    KeyedScheduler,
+    KeyState,
+    Reschedule,
+    Scheduler,
+    ThreadedScheduler,
+)
+from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
+
+T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC).timestamp()  # a Monday noon, on every test's wall clock
+GENEROUS = 10.0
+
+
+def every(seconds: float) -> Callable[[datetime, Any, Any], datetime]:
+    """A next_run: `seconds` after now."""
+    return lambda now, key, data: now + timedelta(seconds=seconds)
+
+
+class Driver:
+    """A scheduler under a KeyedScheduler, and how to move its time."""
+
+    name = ""
+    threads = False  # runs may go on while the test thread does something else
+
+    def make(self, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def keyed(self, next_run: Any, run: Any, **kwargs: Any) -> KeyedScheduler:
+        self.k = KeyedScheduler(self.make(**kwargs.pop("sched", {})), next_run, run, **kwargs)
+        return self.k
+
+    def advance(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Inline(Driver):
+    name = "scheduler"
+
+    def __init__(self) -> None:
+        self.clock = ManualClock(100.0, wall=T0)
+
+    def make(self, **kwargs: Any) -> Any:
+        self.sched = Scheduler(self.clock, **kwargs)
+        return self.sched
+
+    def wall(self) -> float:
+        return self.clock.wall()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.sched.run_pending()
+
+    def close(self) -> None:
+        if not self.k._closed:
+            self.k.close()
+
+
+class Threads(Driver):
+    threads = True
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self.name = f"threaded-{workers}"
+        self.clock = ManualClock(100.0, wall=T0)
+
+    def make(self, **kwargs: Any) -> Any:
+        self.sched = ThreadedScheduler(clock=self.clock, workers=self.workers, **kwargs)
+        return self.sched
+
+    def wall(self) -> float:
+        return self.clock.wall()
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        wait_until_idle(self.sched)
+
+    def close(self) -> None:
+        self.k.close()
+        self.sched.close()
+
+
+class Loop(Driver):
+    name = "asyncio"
+
+    def __init__(self) -> None:
+        self.loop = VirtualTimeLoop(100.0, wall=T0)
+
+    def make(self, **kwargs: Any) -> Any:
+        self.sched = AsyncScheduler(loop=self.loop, **kwargs)
+        return self.sched
+
+    def wall(self) -> float:
+        return self.loop.wall()
+
+    def advance(self, seconds: float) -> None:
+        self.loop.run_until_complete(asyncio.sleep(seconds))
+        for _ in range(3):
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.k.aclose())
+        self.loop.run_until_complete(self.sched.close())
+        self.loop.close()
+
+
+@pytest.fixture(params=["scheduler", "threaded-0", "threaded-2", "asyncio"])
+def d(request: pytest.FixtureRequest) -> Iterator[Driver]:
+    driver: Driver = {
+        "scheduler": Inline,
+        "threaded-0": lambda: Threads(0),
+        "threaded-2": lambda: Threads(2),
+        "asyncio": Loop,
+    }[request.param]()
+    yield driver
+    if hasattr(driver, "k"):
+        driver.close()
+
+
+def log_runs(d: Driver, log: list[Any]) -> Callable[[Any, Any], None]:
+    return lambda key, data: log.append((key, data, d.wall() - T0))
+
+
+# -- validation -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        (
+            {"scheduler": object()},
+            TypeError,
+            "scheduler must be a Scheduler, ThreadedScheduler or AsyncScheduler",
+        ),
+        ({"next_run": 3}, TypeError, "next_run must be callable"),
+        ({"run": None}, TypeError, "run must be callable"),
+        ({"reschedule": "after_finish"}, TypeError, "reschedule must be a Reschedule"),
+        ({"run_timeout": -1}, ValueError, "run_timeout must be >= 0"),
+        ({"run_timeout": "1"}, TypeError, "run_timeout must be a real number"),
+        ({"context": 1}, TypeError, "context must be a bool"),
+        ({"on_finish": 3}, TypeError, "on_finish must be callable or None"),
+    ],
+)
+def test_bad_construction(kwargs: dict[str, Any], error: type[Exception], words: str) -> None:
+    args = {"scheduler": Scheduler(ManualClock()), "next_run": every(1), "run": print}
+    args.update(kwargs)
+    with pytest.raises(error, match=words):
+        KeyedScheduler(args.pop("scheduler"), args.pop("next_run"), args.pop("run"), **args)
+
+
+def test_bad_keys_and_bad_next_runs(d: Driver) -> None:
+    invalid: list[tuple[Any, str]] = []
+    results: dict[str, Any] = {
+        "naive": datetime(2030, 1, 1),
+        "number": 5,
+        "raises": ZeroDivisionError("no"),
+        "none": None,
+    }
+
+    def next_run(now: datetime, key: str, data: Any) -> Any:
+        result = results[key]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    k = d.keyed(next_run, print, on_invalid=lambda key, data, exc: invalid.append((key, type(exc).__name__)))
+    for bad in ([1], {}, {1}):
+        with pytest.raises(TypeError, match="key must be hashable"):
+            k.upsert(bad)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key must be hashable"):
+            k.remove(bad)  # type: ignore[arg-type]
+    assert len(k) == 0
+    k.start()
+    for key in results:
+        k.upsert(key)  # never raises: a failing next_run makes the key INVALID
+    snap = k.snapshot()
+    assert {key: info.state for key, info in snap.items()} == {
+        "naive": KeyState.INVALID,
+        "number": KeyState.INVALID,
+        "raises": KeyState.INVALID,
+        "none": KeyState.DISABLED,
+    }
+    assert "naive" in (snap["naive"].last_error or "") and "not int" in (snap["number"].last_error or "")
+    assert snap["raises"].last_error == "ZeroDivisionError: no"
+    assert invalid == [("naive", "ValueError"), ("number", "TypeError"), ("raises", "ZeroDivisionError")]
+    assert all(info.next_run_at is None for info in snap.values())
+    assert d.sched.stats().pending == 0
+
+
+# -- the lifecycle of keys ----------------------------------------------------------------------------------
+
+
+def test_upsert_before_start_then_start(d: Driver) -> None:
+    log: list[Any] = []
+    seen: list[float] = []
+
+    def next_run(now: datetime, key: str, data: Any) -> datetime:
+        seen.append(now.timestamp() - T0)
+        return now + timedelta(seconds=10)
+
+    k = d.keyed(next_run, log_runs(d, log))
+    k.upsert("a", 1)
+    info = k.get("a")
+    assert info is not None and info.state is KeyState.PENDING and info.generation == 1
+    assert info.next_run_at == datetime.fromtimestamp(T0 + 10, tz=UTC)
+    assert seen == [0.0]  # next_run saw the injected wall clock
+    if not isinstance(d, Loop):
+        d.clock.advance(20)  # type: ignore[attr-defined]  # nothing is armed before start()
+    k.start()
+    assert seen[-1] == (20.0 if not isinstance(d, Loop) else 0.0)  # start() evaluates again
+    assert log == []
+    d.advance(10)
+    assert [(key, data) for key, data, _ in log] == [("a", 1)]
+
+
+def test_remove_a_pending_key(d: Driver) -> None:
+    log: list[Any] = []
+    k = d.keyed(every(5), log_runs(d, log))
+    k.start()
+    k.upsert("a")
+    k.upsert("b")
+    assert k.remove("a") and not k.remove("a") and not k.remove("never")
+    d.advance(5)
+    assert [key for key, _, _ in log] == ["b"] and "a" not in k
+    assert k.get("a") is None
+
+
+def test_upsert_of_an_armed_key_moves_its_timer(d: Driver) -> None:
+    k = d.keyed(lambda now, key, data: now + timedelta(seconds=data), print)
+    k.start()
+    k.upsert("a", 60)
+    (before,) = d.sched.pending()
+    k.upsert("a", 30)  # moved in place: the same task, O(1)
+    (after,) = d.sched.pending()
+    assert after.id == before.id and after.next_fire_at == before.next_fire_at - 30
+    assert k.get("a").generation == 2  # type: ignore[union-attr]
+
+
+def test_replace_all(d: Driver) -> None:
+    log: list[Any] = []
+    k = d.keyed(every(5), log_runs(d, log))
+    k.start()
+    k.replace_all({"a": 1, "b": 2, "c": 3})
+    k.replace_all({"b": 20, "d": 4})
+    assert sorted(k.snapshot()) == ["b", "d"] and k.get("b").data == 20  # type: ignore[union-attr]
+    d.advance(5)
+    assert sorted((key, data) for key, data, _ in log) == [("b", 20), ("d", 4)]
+    with pytest.raises(TypeError, match="mapping"):
+        k.replace_all([("a", 1)])  # type: ignore[arg-type]
+
+
+# -- reschedule policies ------------------------------------------------------------------------------------
+
+
+def test_after_finish_never_overlaps_and_follows_the_finish(d: Driver) -> None:
+    log: list[Any] = []
+
+    def run(key: str, data: Any) -> None:
+        log.append(d.wall() - T0)
+        if not isinstance(d, Loop):
+            d.clock.advance(3)  # type: ignore[attr-defined]  # the run takes 3 s
+
+    k = d.keyed(every(5), run)
+    k.start()
+    k.upsert("a")
+    for _ in range(4):
+        d.advance(5)
+    if isinstance(d, Loop):
+        assert log == [5.0, 10.0, 15.0, 20.0]
+    else:  # each next run is 5 s after the previous finished: 5, 13, (21)
+        assert log[:2] == [5.0, 13.0]
+    assert k.get("a").state is KeyState.PENDING  # type: ignore[union-attr]
+
+
+def test_before_run_is_armed_while_it_runs(d: Driver) -> None:
+    if not d.threads:
+        pytest.skip("a run that stays open needs a worker thread")
+    release = threading.Event()
+    started = threading.Event()
+
+    def run(key: str, data: Any) -> None:
+        started.set()
+        assert release.wait(GENEROUS)
+
+    k = d.keyed(every(5), run, reschedule=Reschedule.BEFORE_RUN)
+    k.start()
+    k.upsert("a")
+    d.clock.advance(5)  # type: ignore[attr-defined]
+    assert started.wait(GENEROUS)
+    info = k.get("a")
+    assert info is not None and info.state is KeyState.RUNNING and info.running
+    assert info.next_run_at == datetime.fromtimestamp(T0 + 10, tz=UTC)
+    release.set()
+    wait_until_idle(d.sched)  # type: ignore[attr-defined]
+
+
+def test_none_disables_after_a_run(d: Driver) -> None:
+    log: list[Any] = []
+    k = d.keyed(every(5), log_runs(d, log), reschedule=Reschedule.NONE)
+    k.start()
+    k.upsert("a")
+    d.advance(5)
+    d.advance(5)
+    info = k.get("a")
+    assert len(log) == 1 and info is not None and info.state is KeyState.DISABLED and info.next_run_at is None
+    k.upsert("a")  # upserted again: armed again
+    d.advance(5)
+    assert len(log) == 2
+
+
+# -- running runs: cancel, replace, timeout, close ---------------------------------------------------------
+
+
+def held_run(d: Driver) -> tuple[Callable[..., Any], threading.Event, threading.Event, list[JobContext]]:
+    release, started = threading.Event(), threading.Event()
+    contexts: list[JobContext] = []
+
+    def run(ctx: JobContext, key: str, data: Any) -> None:
+        contexts.append(ctx)
+        started.set()
+        ctx.cancelled.wait(GENEROUS) if not release.is_set() else None
+        release.wait(GENEROUS)
+
+    return run, release, started, contexts
+
+
+def test_cancel_running_on_remove_and_on_replace(d: Driver) -> None:
+    if not d.threads:
+        pytest.skip("a run that stays open needs a worker thread")
+    finished: list[tuple[str, Any, Any]] = []
+    run, release, started, contexts = held_run(d)
+    k = d.keyed(
+        every(5),
+        run,
+        context=True,
+        cancel_running_on_remove=True,
+        cancel_running_on_replace=True,
+        on_finish=lambda key, data, error: finished.append((key, data, error)),
+    )
+    k.start()
+    k.upsert("a", "old")
+    d.clock.advance(5)  # type: ignore[attr-defined]
+    assert started.wait(GENEROUS)
+    k.upsert("a", "new")  # replace while it runs: its ctx is cancelled, a new generation is armed
+    assert contexts[0].cancelled.is_set()
+    info = k.get("a")
+    assert info is not None and info.generation == 2 and info.state is KeyState.PENDING and info.running
+    release.set()
+    wait_until_idle(d.sched)  # type: ignore[attr-defined]
+    # the stale completion changed nothing of the new generation; on_finish heard of it
+    info = k.get("a")
+    assert info is not None and info.state is KeyState.PENDING and not info.running
+    assert info.next_run_at == datetime.fromtimestamp(T0 + 10, tz=UTC)
+    assert finished == [("a", "new", None)] or finished == [("a", "old", None)]
+    assert k.remove("a")
+
+
+def test_run_timeout_sets_the_context(d: Driver) -> None:
+    if not d.threads or d.workers == 0:  # type: ignore[attr-defined]
+        pytest.skip("a timeout during the run needs a worker thread")
+    events: list[JobEvent] = []
+    started = threading.Event()
+    seen: list[bool] = []
+
+    def run(ctx: JobContext, key: str, data: Any) -> None:
+        started.set()
+        seen.append(ctx.cancelled.wait(GENEROUS))  # returns when the timeout elapses on the manual clock
+
+    d.keyed(every(5), run, context=True, run_timeout=2.0, sched={"observer": events.append})
+    k = d.k
+    k.start()
+    k.upsert("a")
+    d.clock.advance(5)  # type: ignore[attr-defined]
+    assert started.wait(GENEROUS)
+    d.clock.advance(2)  # type: ignore[attr-defined]
+    wait_until_idle(d.sched)  # type: ignore[attr-defined]
+    assert seen == [True] and [e.timed_out for e in events] == [True]
+
+
+def test_close_disables_every_key_and_keeps_them(d: Driver) -> None:
+    states: list[tuple[Any, KeyState, KeyState]] = []
+    k = d.keyed(every(5), print, on_state_change=lambda key, old, new: states.append((key, old, new)))
+    k.start()
+    k.upsert("a")
+    k.upsert("b")
+    d.close()
+    snap = k.snapshot()
+    assert sorted(snap) == ["a", "b"]
+    assert all(info.state is KeyState.DISABLED and info.next_run_at is None for info in snap.values())
+    assert ("a", KeyState.PENDING, KeyState.DISABLED) in states
+    with pytest.raises(RuntimeError, match="closed"):
+        k.upsert("c")
+    del d.k
+
+
+def test_close_waits_for_running_runs_when_asked() -> None:
+    clock = ManualClock(100.0, wall=T0)
+    sched = ThreadedScheduler(clock=clock, workers=1)
+    started, release = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def run(key: str, data: Any) -> None:
+        started.set()
+        release.wait(GENEROUS)
+        done.append(key)
+
+    k = KeyedScheduler(sched, every(5), run, wait_running_on_close=True)
+    k.start()
+    k.upsert("a")
+    clock.advance(5)
+    assert started.wait(GENEROUS)
+    closer = threading.Thread(target=k.close)
+    closer.start()
+    closer.join(0.05)  # a real-time wait: close() must still be waiting for the run
+    assert closer.is_alive() and done == []
+    release.set()
+    closer.join(GENEROUS)
+    assert not closer.is_alive() and done == ["a"]
+    assert "closed" in repr(sched)  # start() started it, close() closed it
+
+
+# -- races, clocks, cron -------------------------------------------------------------------------------------
+
+
+def test_upserts_racing_fires_never_resurrect_a_fired_timer() -> None:
+    """Several threads upsert and remove keys while their timers fire on workers: every key ends with at
+    most one armed timer, the scheduler's tasks are exactly the keys' timers, and no run of a removed key
+    happens after its removal returned."""
+    clock = ManualClock(100.0, wall=T0)
+    sched = ThreadedScheduler(clock=clock, workers=2)
+    removed_at: dict[str, int] = {}
+    late: list[str] = []
+    lock = threading.Lock()
+    epoch = [0]
+
+    def run(key: str, data: Any) -> None:
+        with lock:
+            if key in removed_at and removed_at[key] < epoch[0] - 1:
+                late.append(key)
+
+    k = KeyedScheduler(sched, every(1), run)
+    k.start()
+
+    def churn(seed: int) -> None:
+        for i in range(300):
+            key = f"k{(seed * 7 + i) % 20}"
+            if i % 5 == 4:
+                if k.remove(key):
+                    with lock:
+                        removed_at[key] = epoch[0]
+            else:
+                with lock:
+                    removed_at.pop(key, None)
+                k.upsert(key, i)
+
+    threads = [threading.Thread(target=churn, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        clock.advance(0.5)
+        with lock:
+            epoch[0] += 1
+    for t in threads:
+        t.join(GENEROUS)
+    wait_until_idle(sched)
+    snap = k.snapshot()
+    armed = {info.id for info in sched.pending()}
+    assert len(armed) == sum(1 for info in snap.values() if info.state is KeyState.PENDING)
+    assert all(info.state in (KeyState.PENDING, KeyState.RUNNING) for info in snap.values())
+    assert late == []
+    k.close()
+    sched.close()
+
+
+def test_a_cron_as_next_run_and_the_wall_clock() -> None:
+    clock = ManualClock(100.0, wall=datetime(2025, 3, 29, 23, 0, tzinfo=UTC).timestamp())
+    ran: list[str] = []
+    sched = Scheduler(clock)
+    k = KeyedScheduler(
+        sched,
+        Cron("30 2 * * *", "Europe/Berlin"),
+        lambda key, data: ran.append(datetime.fromtimestamp(clock.wall(), UTC).isoformat()),
+    )
+    k.start()
+    k.upsert("nightly")
+    info = k.get("nightly")
+    assert info is not None and info.next_run_at == datetime(2025, 3, 30, 1, 0, tzinfo=UTC)  # 02:30 -> 03:00
+    clock.advance(2 * 3600)
+    sched.run_pending()
+    assert ran == ["2025-03-30T01:00:00+00:00"]
+    clock.set_wall(clock.wall() + 86400)  # the machine slept a day: the next point is due at once
+    sched.run_pending()
+    assert ran == ["2025-03-30T01:00:00+00:00", "2025-03-31T01:00:00+00:00"]
