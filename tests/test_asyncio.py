@@ -130,6 +130,30 @@ def test_start_needs_a_loop() -> None:
     assert sched.next_fire_time(1) is None
 
 
+def test_a_start_that_fails_to_make_the_engine_can_be_retried() -> None:
+    """Found in review: a start() that failed while making the engine left the loop bound and no engine:
+    the second start() said it succeeded, and schedule() and close() raised AttributeError."""
+    from timerwheel._heap import HeapQueue
+
+    store = HeapQueue(5000.0)  # ahead of the loop's clock (1000): refused when the engine is made
+
+    sched = AsyncScheduler(store=store)  # no loop runs: it is bound at start()
+
+    async def main() -> None:
+        for _ in range(2):
+            with pytest.raises(ValueError, match="store is ahead of the clock"):
+                sched.start()
+        assert repr(sched).startswith("<AsyncScheduler new") and sched.stats().executed == 0
+        await sched.aclose()
+        assert repr(sched).startswith("<AsyncScheduler closed")
+
+    loop = VirtualTimeLoop(1000.0)
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
 def test_a_given_loop_can_be_scheduled_on_before_it_runs() -> None:
     loop = VirtualTimeLoop()
     sched = AsyncScheduler(loop=loop)

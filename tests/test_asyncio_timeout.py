@@ -632,3 +632,27 @@ def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
     from timerwheel import _asyncio
 
     assert _asyncio._ENTERED is asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]
+
+
+def test_timeout_takes_every_number_sleep_takes() -> None:
+    """Found in review: timeout(Decimal) raised float + Decimal's TypeError, though sleep() and
+    call_later() take a Decimal; an int beyond the floats is as far as infinity, as there."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            now = asyncio.get_running_loop().time()
+            assert sched.timeout(Decimal("2.5")).when() == now + 2.5
+            assert sched.timeout(Fraction(1, 4)).when() == now + 0.25
+            assert sched.timeout(10**400).when() == math.inf
+            with pytest.raises(TimeoutError):
+                async with sched.timeout(Decimal("0.5")):
+                    await asyncio.sleep(1)
+            assert asyncio.get_running_loop().time() == now + 0.5
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

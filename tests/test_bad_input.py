@@ -154,6 +154,9 @@ def test_real_numbers_that_are_not_floats_are_taken() -> None:
         (lambda s: s.schedule(1, print, mode="fixed_rate"), TypeError, "mode must be a RepeatMode"),
         (lambda s: s.schedule(1, print, missed=0), TypeError, "missed must be a Missed"),
         (lambda s: s.schedule(1, print, args="ab"), TypeError, "args must be an iterable of arguments"),
+        (lambda s: s.schedule(1, print, args=5), TypeError, "args must be an iterable of arguments, not int"),
+        (lambda s: s.schedule(1, print, kwargs=[1, 2]), TypeError, "kwargs must be a mapping"),
+        (lambda s: s.schedule(1, print, kwargs={1: 2}), TypeError, "kwargs keys must be strings, not 1"),
         (lambda s: s.schedule(1, print, options={}), TypeError, "options must be a RunOptions or None"),
         (lambda s: s.schedule(-1, print), ValueError, "delay must be >= 0"),
         (lambda s: s.schedule(1, print, -2.0), ValueError, "interval must be > 0"),
@@ -183,6 +186,13 @@ def test_scheduler_arguments(call: Callable[[Any], Any], error: type[Exception],
         (lambda: Scheduler(logger=print), TypeError, "logger must be a logging.Logger or None"),  # type: ignore[arg-type]
         (lambda: Scheduler(slots=3), ValueError, "slots must be a power of two"),
         (lambda: Scheduler(store=TimerWheel(), slots=8), TypeError, "not with store"),
+        (lambda: Scheduler(store="x"), TypeError, "store must be a timer store .* not str"),  # type: ignore[arg-type]
+        (lambda: ThreadedScheduler(store=5), TypeError, "store must be a timer store"),  # type: ignore[arg-type]
+        (lambda: AsyncScheduler(store=5), TypeError, "store must be a timer store"),  # type: ignore[arg-type]
+        (lambda: AsyncScheduler(store=TimerWheel(), slots=8), TypeError, "not with store"),
+        (lambda: Scheduler(ManualClock(0), store=TimerWheel(start=100)), ValueError, "store is ahead of"),
+        (lambda: Scheduler(propagate="x"), TypeError, "propagate must be a tuple of exception classes"),  # type: ignore[arg-type]
+        (lambda: Scheduler(propagate=(int,)), TypeError, "propagate must be a tuple of exception classes"),
         (lambda: TimerWheel(resolution=True), TypeError, "resolution must be a real number, not bool"),
         (lambda: TimerWheel(slots=True), TypeError, "slots must be an int, not bool"),
         (lambda: ThreadedScheduler(workers=True), TypeError, "workers must be an int, not bool"),

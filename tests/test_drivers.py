@@ -414,6 +414,57 @@ def test_drop_beyond_the_bound(h: Harness) -> None:
     assert sched.stats().executed == bound
 
 
+def test_fixed_delay_never_overlaps_even_when_rescheduled(h: Harness) -> None:
+    """A reschedule() while a FIXED_DELAY run goes on moves the next run to the new due, or, when that
+    comes first, to the moment the run finishes: never beside it."""
+    if not h.concurrent:
+        pytest.skip("runs of one task cannot overlap on a single driver thread")
+    sched = h.make()
+    held = h.hold()
+    starts: list[float] = []
+
+    def job() -> Any:
+        starts.append(h.now())
+        return held.job()
+
+    tid = sched.schedule(1, job, 2.0, mode=RepeatMode.FIXED_DELAY)
+    h.advance(1, held=1)
+    held.started(1)
+    assert sched.reschedule(tid, 0.5)
+    h.advance(1, held=1)  # the new due passes while the run goes on
+    assert sched.stats().running == 1 and starts == [START + 1]
+    held.release()
+    h.settle()
+    assert starts == [START + 1, START + 2]  # right after the first run finished, at START + 2
+    assert sched.next_fire_time(tid) == START + 4 and sched.stats().running == 0
+    assert sched.reschedule(tid, 10) and sched.next_fire_time(tid) == START + 12  # the override is spent
+
+
+def test_reschedule_of_a_one_shot_waiting_for_a_slot_moves_it(h: Harness) -> None:
+    if not h.concurrent:
+        pytest.skip("workers=0 runs every job itself")
+    sched = h.make(max_concurrency=1)
+    held = h.hold()
+    log: list[Any] = []
+    record = recorder(h, log, "b")
+
+    async def record_in_a_slot() -> None:  # (only coroutine jobs take AsyncScheduler's slots)
+        record()
+
+    sched.schedule(1, held.job)
+    b = sched.schedule(1, record_in_a_slot if isinstance(h, Loop) else record)
+    h.advance(1, held=2)
+    held.started(1)
+    assert sched.stats().queued == 1  # b waits for the slot
+    assert sched.reschedule(b, 3)
+    assert sched.stats().queued == 0 and sched.next_fire_time(b) == START + 4
+    held.release()
+    h.settle()
+    assert log == []  # the waiting run was superseded
+    h.advance(3)
+    assert log == [("b", START + 4)] and sched.stats().pending == 0
+
+
 def test_block_runs_everything_in_due_order(h: Harness) -> None:
     if not h.concurrent:
         pytest.skip("workers=0 runs every job itself")

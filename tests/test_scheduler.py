@@ -7,13 +7,23 @@ import gc
 import logging
 import math
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from timerwheel import HeapScheduler, JobEvent, Missed, RepeatMode, Scheduler, Stats, TimerInfo
-from timerwheel._scheduler import Run
+from timerwheel import (
+    HeapScheduler,
+    JobEvent,
+    Missed,
+    RepeatMode,
+    RunOptions,
+    Scheduler,
+    Stats,
+    TimerInfo,
+)
+from timerwheel._scheduler import Run, Timer
 from timerwheel.testing import ManualClock
 
 from .conftest import BACKENDS
@@ -863,3 +873,166 @@ def test_run_pending_from_a_job_is_refused(make: MakeSched, clock: ManualClock) 
     assert s.errors == ["task 1: run_pending() must not be called from a job it runs"]
     s.schedule(0, print)
     assert s.run_pending() == 1  # the refusal left the scheduler usable
+
+
+# -- found by the review of the one engine (issue 12) ---------------------------------------------------
+
+
+class _Recorded(Timer):
+    """A plain timer that records its fire."""
+
+    def __init__(self, log: list[Any], name: str) -> None:
+        super().__init__()
+        self.log, self.name = log, name
+
+    def fire(self) -> None:
+        self.log.append(self.name)
+
+
+def test_a_finalizer_that_cancels_as_the_run_is_made_wins(
+    make: MakeSched, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finalizer that the garbage collector runs while drain() allocates a task's Run (here: the run's
+    JobContext) cancels that task with True: it never runs, and counts as cancelled only."""
+    import timerwheel._scheduler as engine_module
+
+    s = make(clock)
+    log: list[Any] = []
+    b = s.schedule(1, log.append, args=("B ran",), options=RunOptions(context=False, timeout=5.0))
+    real = engine_module.JobContext
+
+    def context_whose_allocation_runs_a_finalizer(*args: Any) -> Any:
+        log.append(("cancel(B)", s.cancel(b)))
+        return real(*args)
+
+    monkeypatch.setattr(engine_module, "JobContext", context_whose_allocation_runs_a_finalizer)
+    clock.advance(1)
+    assert s.run_pending() == 0
+    assert log == [("cancel(B)", True)]
+    stats = s.stats()
+    assert (stats.executed, stats.cancelled, stats.running, stats.queued, stats.pending) == (0, 1, 0, 0, 0)
+    assert s.timers == 0  # no deadline was armed for it
+
+
+def test_a_gc_finalizer_never_lets_a_cancelled_task_run(make: MakeSched, clock: ManualClock) -> None:
+    """The same with the real collector: a cycle dies in A's observer, and collections are tuned to
+    come at every allocation count near the making of B's run."""
+
+    class Cycle:
+        def __init__(self) -> None:
+            self.me = self
+
+    threshold = 500
+    keep: list[Any] = []
+    for shift in range(-6, 6):
+        log: list[Any] = []
+        target: list[Any] = []  # (the scheduler, B's id)
+
+        def observer(event: JobEvent, log: list[Any] = log, shift: int = shift, target: Any = target) -> None:
+            if event.task_id == 1:
+                gc.disable()
+                cycle = Cycle()
+                weakref.finalize(cycle, lambda: log.append(("cancel(B)", target[0].cancel(target[1]))))
+                del cycle
+                while gc.get_count()[0] < threshold - shift:
+                    keep.append([])
+                gc.enable()
+
+        s = make(clock, observer=observer)
+        s.schedule(1, lambda: None)
+        target[:] = [s, s.schedule(1, log.append, args=("B ran",))]
+        gc.collect()
+        old = gc.get_threshold()
+        gc.set_threshold(threshold)
+        try:
+            clock.advance(1)
+            s.run_pending()
+        finally:
+            gc.set_threshold(*old)
+            keep.clear()
+        if ("cancel(B)", True) in log:
+            assert "B ran" not in log[log.index(("cancel(B)", True)) :], (shift, log)
+            assert s.stats().executed == 1
+
+
+def test_stats_pending_from_a_job_while_drain_holds_timers(make: MakeSched, clock: ManualClock) -> None:
+    """stats().pending counts armed tasks as pending() lists them, also while drain() holds a batch."""
+    s = make(clock)
+    seen: list[tuple[int, int]] = []
+    log: list[Any] = []
+    s.schedule(1, lambda: seen.append((s.stats().pending, len(s.pending()))))
+    s.add_timer(_Recorded(log, "t1"), 101.0)  # due with the job, after it: held while it runs
+    s.add_timer(_Recorded(log, "t2"), 101.0)
+    s.schedule(1, print)  # a task held too: armed until drain() deals with it, so pending() lists it
+    s.schedule(5, print)
+    clock.advance(1)
+    assert s.run_pending() == 2
+    assert seen == [(2, 2)]
+    assert log == ["t1", "t2"] and s.stats().pending == 1 and s.timers == 0
+
+
+def test_what_a_keyboard_interrupt_leaves_due_keeps_its_order(make: MakeSched, clock: ManualClock) -> None:
+    """Items that a KeyboardInterrupt left due run next in (due, add order): task B before timer T."""
+    log: list[Any] = []
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    s = make(clock)
+    s.schedule(1, interrupt)
+    s.schedule(1, log.append, args=("task B",))
+    s.add_timer(_Recorded(log, "timer T"), 101.0)
+    s.schedule(1, log.append, args=("task C",))
+    clock.advance(1)
+    with pytest.raises(KeyboardInterrupt):
+        s.run_pending()
+    assert log == []
+    s.run_pending()
+    assert log == ["task B", "timer T", "task C"]
+
+
+def test_forget_refuses_a_run_whose_task_is_live(make: MakeSched, clock: ManualClock) -> None:
+    """forget() is for a run whose task was cancelled; a driver that will not execute a live task's run
+    drop()s it (counted): forget() would leave a one-shot neither armed nor finished."""
+    s = make(clock)
+    runs: list[Run] = []
+
+    class Holding:
+        def execute(self, run: Run) -> None:
+            runs.append(run)
+
+        def wake(self, due: float) -> None:
+            pass
+
+        def timed_out(self, run: Run) -> None:
+            pass
+
+    tid = s.schedule(1, print)
+    clock.advance(1)
+    s.drain(s.now(), Holding())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="its task was not cancelled"):
+        runs[0].forget()
+    assert s.stats().queued == 1
+    assert s.cancel(tid) and runs[0].cancelled
+    runs[0].forget()  # a no-op now
+    assert s.stats().queued == 0 and s.stats().running == 0
+
+
+def test_a_store_ahead_of_the_clock_is_refused(clock: ManualClock) -> None:
+    """Its dues would be behind the clock's: a job due in 5 s would run at once."""
+    from timerwheel._heap import HeapQueue
+
+    with pytest.raises(ValueError, match="store is ahead of the clock"):
+        Scheduler(clock, store=HeapQueue(clock() + 100))
+    s = Scheduler(clock, store=HeapQueue(clock() - 100))  # behind is fine: it catches up
+    s.schedule(5, print)
+    assert s.run_pending() == 0
+
+
+def test_the_default_sleep_time_takes_any_real_reading() -> None:
+    from decimal import Decimal
+
+    from timerwheel._clock import FunctionClock
+
+    assert FunctionClock(lambda: Decimal("1.5")).sleep_time(2.0) == 0.5
+    assert FunctionClock(lambda: Decimal("3")).sleep_time(2.0) == 0.0

@@ -670,3 +670,78 @@ def test_real_clock_fires_not_before_due() -> None:
         s.schedule(0.05, lambda: (times.append(time.monotonic()), fired.set()))
         assert fired.wait(2.0)
     assert times[0] - start >= 0.05
+
+
+class BadSleepClock(ManualClock):
+    """A ManualClock whose sleep_time() answers `answer` until it is set to None."""
+
+    answer: Any = None
+    broken = True
+
+    def sleep_time(self, deadline: float) -> float:
+        return self.answer if self.broken else super().sleep_time(deadline)
+
+
+@pytest.mark.parametrize("answer", [None, math.nan, -1.0, "soon"])
+def test_a_clock_whose_sleep_time_is_not_seconds_is_a_clock_error(answer: Any) -> None:
+    """Found in review: None killed the driver thread (nothing ran again, no error counted); NaN or a
+    negative number made it spin. Now each is a clock error: counted, logged, retried with back-off."""
+    clock = BadSleepClock(50.0)
+    clock.answer = answer
+    s = ThreadedScheduler(clock=clock)
+    s.start()
+    try:
+        ran: list[float] = []
+        s.schedule(5, lambda: ran.append(clock()))
+        _settled_until(s, lambda: s._clock_errors >= 2)  # back-off: 1 ms, 2 ms, ... (not a spin)
+        assert s._driver.is_alive() and "clock failing" in repr(s)
+        assert "sleep_time() must return seconds" in repr(s._fault)
+        clock.broken = False
+        _settled_until(s, lambda: s._fault is None)
+        clock.advance(5)
+        wait_until_idle(s)
+        assert ran == [55.0]
+    finally:
+        s.close()
+
+
+def test_a_clock_that_cannot_subscribe_leaves_the_scheduler_new(clock: ManualClock) -> None:
+    """Found in review: start() raised, but the scheduler said running, with no driver thread."""
+
+    class Unsubscribable(ManualClock):
+        def subscribe(self, callback: Any) -> None:
+            raise RuntimeError("subscribe failed")
+
+    s = ThreadedScheduler(clock=Unsubscribable(50.0))
+    with pytest.raises(RuntimeError, match="subscribe failed"):
+        s.start()
+    assert "new" in repr(s)
+    with pytest.raises(NotStartedError):
+        s.schedule(1, print)
+    s.close()
+    assert not s._driver.is_alive()
+
+
+@pytest.mark.parametrize("policy", [Backpressure.BLOCK, Backpressure.DROP, Backpressure.RUN_INLINE])
+def test_cancelled_waiting_runs_leave_queued_and_take_no_room(
+    make: Any, clock: ManualClock, policy: Backpressure
+) -> None:
+    """Found in review: stats().queued still counted runs whose task was cancelled while they waited, and
+    they kept their place in the bounded queue (a live run was dropped for them)."""
+    s = make(workers=1, queue_size=1, backpressure=policy)
+    gate = Gate()
+    ran: list[str] = []
+    s.schedule(1, gate.job)
+    waiting = s.schedule(1, ran.append, args=("cancelled",))
+    wait_until_idle(s)
+    clock.advance(1)
+    gate.wait_started(1)
+    _settled_until(s, lambda: s.stats().queued == 1)
+    assert s.cancel(waiting)
+    assert s.stats().queued == 0
+    s.schedule(0, ran.append, args=("live",))  # room in the queue again: nothing is dropped
+    _settled_until(s, lambda: s.stats().queued == 1)
+    assert s.stats().dropped == 0 and ran == []
+    gate.release.set()
+    wait_until_idle(s)
+    assert ran == ["live"] and s.stats().dropped == 0 and s.stats().queued == 0

@@ -416,13 +416,16 @@ class AsyncScheduler(DriverBase):
             self._bind(loop)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
+        """Take `loop` and make the engine on its clock; if that fails (a store ahead of the loop's
+        clock, a loop clock that fails), nothing is bound and start() may be retried."""
         # loop.time() itself, or time.monotonic when that is all loop.time() does (asyncio's own loops):
         # the same values, without a Python-level call on every schedule and reset.
-        self._time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
+        now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         wall = getattr(loop, "wall", None)
-        self._make_engine(_LoopClock(self._time, wall if callable(wall) else time.time))
+        self._make_engine(_LoopClock(now, wall if callable(wall) else time.time))
+        self._time = now
+        self._loop = loop
+        self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -525,8 +528,7 @@ class AsyncScheduler(DriverBase):
             raise RuntimeError("sched.timeout() must be called on the scheduler's running event loop")
         if delay is None:
             return Timeout(None, self)
-        deadline(delay, "delay")  # refuses a non-number and NaN, naming it; the sum is asyncio's own
-        return Timeout(self._time() + delay, self)
+        return Timeout(_plus(self._time(), deadline(delay, "delay")), self)
 
     def timeout_at(self, when: float | None) -> asyncio.Timeout:
         """asyncio.timeout_at(when) on the wheel: the deadline is the loop time `when`; None disables it.

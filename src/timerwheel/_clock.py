@@ -39,8 +39,9 @@ class Clock:
 
     def sleep_time(self, deadline: float) -> float:
         """The real seconds a driver may sleep before this clock can reach `deadline` (never negative;
-        math.inf: until something wakes it). The default: the difference, for a clock of real time."""
-        return max(0.0, deadline - self())
+        math.inf: until something wakes it). The default: the difference, for a clock of real time (of
+        any real number type: a Decimal reading too)."""
+        return max(0.0, deadline - float(self()))
 
     def wall(self) -> float:
         """The wall-clock time now, in POSIX seconds (the default: time.time())."""

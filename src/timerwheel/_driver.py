@@ -34,7 +34,7 @@ from ._types import (
     Stats,
     TimerInfo,
 )
-from ._validate import boolean, callable_or_none, member
+from ._validate import boolean, callable_or_none, member, timer_store
 
 __all__ = ["DriverBase", "Lifecycle"]
 
@@ -74,6 +74,7 @@ class DriverBase:
         wall_clock: Callable[[], float] | None = None,
     ) -> None:
         member(missed, Missed, "missed")
+        timer_store(store, resolution, slots, levels)
         callable_or_none(wall_clock, "wall_clock")
         callable_or_none(observer, "observer")
         callable_or_none(error_handler, "error_handler")

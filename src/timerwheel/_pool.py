@@ -42,6 +42,7 @@ class WorkerPool:
         drop: called (lock held) for a run that is not executed (Backpressure.DROP, or the pool closed).
         on_idle: called (lock held) whenever a worker finished a run.
         on_error: called (lock held) with whatever `work` raised: a worker thread never dies of it.
+        waiting: the engine's count of runs taken and not started (the one being submitted included).
     """
 
     def __init__(
@@ -55,12 +56,15 @@ class WorkerPool:
         drop: Callable[[Run], None],
         on_idle: Callable[[], None],
         on_error: Callable[[BaseException], None],
+        waiting: Callable[[], int],
     ) -> None:
         self._queue: deque[Run] = deque()
         self._queue_size = queue_size
         self._backpressure = backpressure
         self._work, self._inline, self._drop, self._on_idle = work, inline, drop, on_idle
         self._on_error = on_error
+        self._waiting = waiting
+        self._holding: list[Run] = []  # runs in submit(), not in the queue yet
         self._has_work = threading.Condition(lock)
         self._has_room = threading.Condition(lock)
         self._closing = False
@@ -80,10 +84,14 @@ class WorkerPool:
         while self._idle < len(self._threads):
             self._has_room.wait()
 
-    @property
-    def queued(self) -> int:
-        """Runs waiting for a worker because every worker is busy."""
-        return max(0, len(self._queue) - self._idle)
+    def queued(self, waiting: int) -> int:
+        """Runs in the queue waiting for a worker because every worker is busy, out of the `waiting` runs
+        (those taken and not started, as the engine counts them: a run of a cancelled task is not one)."""
+        return max(0, self._in_queue(waiting) - self._idle)
+
+    def _in_queue(self, waiting: int) -> int:
+        """How many runs of the queue are live: the waiting ones, less those held by a blocked submit()."""
+        return waiting - sum(1 for run in self._holding if not run.cancelled)
 
     @property
     def resting(self) -> bool:
@@ -97,23 +105,33 @@ class WorkerPool:
         return list(self._threads)
 
     def _full(self) -> bool:
-        return bool(self._queue_size) and len(self._queue) >= self._idle + self._queue_size
+        if not self._queue_size or len(self._queue) < self._idle + self._queue_size:
+            return False
+        if self._in_queue(self._waiting()) < len(self._queue):  # runs of cancelled tasks take no room
+            self._queue = deque(run for run in self._queue if not run.cancelled)
+        return len(self._queue) >= self._idle + self._queue_size
 
     def submit(self, run: Run) -> None:
         """Hand a run to an idle worker or queue it; when there is no room, apply the policy (lock held)."""
-        while self._full():
-            if self._closing or self._backpressure is Backpressure.DROP:
-                self._drop(run)
-                return
-            if self._backpressure is Backpressure.RUN_INLINE:
-                self._inline(run)
-                return
-            self._has_room.wait()  # Backpressure.BLOCK: until a worker comes free, or close()
-        if self._closing:
+        self._holding.append(run)  # (while it is, the queue's live runs are counted without it)
+        try:
+            while self._full():
+                if self._closing or self._backpressure in (Backpressure.DROP, Backpressure.RUN_INLINE):
+                    break
+                self._has_room.wait()  # Backpressure.BLOCK: until a worker comes free, or close()
+            else:
+                if run.cancelled:  # its task was cancelled while we waited for room: forgotten already
+                    return
+                if not self._closing:
+                    self._queue.append(run)
+                    self._has_work.notify()
+                    return
+        finally:
+            self._holding.remove(run)
+        if self._backpressure is Backpressure.RUN_INLINE and not self._closing:
+            self._inline(run)
+        else:
             self._drop(run)
-            return
-        self._queue.append(run)
-        self._has_work.notify()
 
     def close(self) -> list[Run]:
         """Stop taking runs, wake everyone, return the runs no worker picked up (lock held)."""

@@ -29,7 +29,17 @@ from typing import Any, Protocol
 from ._clock import Clock, as_clock
 from ._core import TimerWheel
 from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
-from ._validate import callable_or_none, function, identifier, member, seconds
+from ._validate import (
+    arguments,
+    callable_or_none,
+    exception_types,
+    function,
+    identifier,
+    keywords,
+    member,
+    seconds,
+    timer_store,
+)
 
 __all__ = ["Driver", "JobContext", "Run", "Scheduler", "Timer", "TimerStore"]
 
@@ -115,6 +125,7 @@ class _Task:
         "missed",
         "mode",
         "options",
+        "overdue",
         "repeat",
         "running",
         "timer_id",
@@ -152,14 +163,16 @@ class _Task:
         self.cron: Any = None  # a calendar task's Cron (its points are wall-clock times), or None
         self.wall: float | None = None  # a calendar task's due on the wall clock (POSIX seconds), or None
         self.repeat = interval is not None  # recurring: an interval, or a Cron
+        self.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
-        if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain()
-            self.timer_id = None
-            engine._deferred.append(self)
+        if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain(),
+            self.timer_id = None  # in its place among the other items put back
+            engine._arm(self, self.due)
 
 
 _TAKEN, _STARTED, _DONE, _CANCELLED = 0, 1, 2, 3
+_NOTHING: list[Any] = []  # (never appended to)
 
 
 class Run:
@@ -330,9 +343,20 @@ class Run:
         engine._reports.event(task.id, self.scheduled_for, now, now, dropped=True)
 
     def forget(self) -> None:
-        """Its task was cancelled while it waited: it will not start, and counts nowhere. Idempotent."""
+        """Its task was cancelled while it waited: it will not start, and counts nowhere. Idempotent.
+
+        Raises:
+            RuntimeError: the run started or ended, or its task is live (a run that a driver will not
+                execute is drop()ped, and counted).
+        """
         if self._state == _CANCELLED:
             return
+        task = self.task
+        if task.live and self._engine._tasks.get(task.id) is task:
+            raise RuntimeError(f"{self!r}: its task was not cancelled; drop() a run that will not execute")
+        self._forget()
+
+    def _forget(self) -> None:
         task = self._leave_waiting()
         self._state = _CANCELLED
         task.running -= 1
@@ -613,6 +637,8 @@ class _Engine:
         callable_or_none(error_handler, "error_handler")
         if logger is not None and not isinstance(logger, logging.Logger):
             raise TypeError(f"logger must be a logging.Logger or None, not {type(logger).__name__}")
+        timer_store(store, resolution, slots, levels)
+        exception_types(propagate, "propagate")
         self._read = self._clock.reader
         start = _clock_value(self._read())
         if store is None:
@@ -622,8 +648,10 @@ class _Engine:
                 levels=4 if levels is None else levels,
                 start=start,
             )
-        elif resolution is not None or slots is not None or levels is not None:
-            raise TypeError("resolution, slots and levels are the default TimerWheel's: not with store")
+        elif store.now > start:  # its dues would be behind the clock's: everything would run early
+            raise ValueError(
+                f"store is ahead of the clock: its time is {store.now!r}, the clock reads {start!r}"
+            )
         self._store: TimerStore = store
         self._horizon = store.horizon  # a clock reading from here on is a failure, not a time
         self._latest = start  # the latest clock read: time never goes backwards in here
@@ -637,6 +665,7 @@ class _Engine:
         self._waiting = 0  # runs taken and not started
         self._others = 0  # entries in the store that are not tasks: plain timers and deadlines
         self._calls = 0  # drain() calls so far
+        self._batch: list[tuple[int, Any]] = _NOTHING  # what drain() took out of the store and holds
         self._deferred: list[_Task] = []  # recurring tasks due again in this drain() call: the next one
         self._draining = False  # a job calling run_pending() again would break the once-per-call rule
         self._driver: Driver = self
@@ -657,6 +686,11 @@ class _Engine:
     def errors(self) -> list[str]:
         """Messages "task <id>: <message>" of failed runs, oldest first (the most recent 1000)."""
         return self._reports.errors
+
+    @property
+    def waiting(self) -> int:
+        """How many runs were taken and not started (waiting for a worker or a slot). O(1)."""
+        return self._waiting
 
     @property
     def timers(self) -> int:
@@ -780,8 +814,8 @@ class _Engine:
         self._draining = True
         try:
             while True:
-                batch = store.advance(now)  # again after each batch: jobs may schedule due tasks (rule 6)
-                taken = 0
+                batch = self._batch = store.advance(now)  # again after each batch: jobs may schedule
+                taken = 0  # due tasks (rule 6)
                 if not batch:
                     return started
                 calls = self._calls
@@ -799,6 +833,7 @@ class _Engine:
             # Normally only the deferred tasks; after a BaseException also the rest of the batch.
             for timer_id, item in batch[taken:]:
                 item._put_back(self, timer_id)
+            self._batch = _NOTHING
             deferred, self._deferred = self._deferred, []
             for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
                 if task.timer_id is None and task.live:
@@ -807,6 +842,8 @@ class _Engine:
 
     def execute(self, run: Run) -> None:
         """The driver protocol, for run_pending(): run the job inline, now."""
+        if run.cancelled:  # a finalizer cancelled its task as the run was handed over
+            return
         run.start()
         try:
             run.call()
@@ -832,6 +869,9 @@ class _Engine:
                 return 0
         scheduled_for = task.due
         task.last_call = self._calls
+        if task.running and task.mode is RepeatMode.FIXED_DELAY:  # moved by reschedule() meanwhile:
+            task.overdue = True  # it runs when the run in progress finishes, never beside it
+            return 0
         if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
             self._skipped += 1
             self._rearm_on_grid(task, scheduled_for, now)
@@ -843,6 +883,8 @@ class _Engine:
             self._reports.event(task.id, scheduled_for, now, now, dropped=True)
             return 0
         run = Run(self, task, scheduled_for)
+        if not task.live:  # a finalizer that the allocation ran cancelled it: it does not run
+            return 0
         task.running += 1
         task.waiting = run
         self._running += 1
@@ -901,9 +943,12 @@ class _Engine:
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
+        overdue, task.overdue = task.overdue, False
         if task.timer_id is not None or not task.live:
             return
-        if task.cron is not None:
+        if overdue:  # its rescheduled due passed while the run went on: the next run follows at once
+            self._arm(task, finished_at)
+        elif task.cron is not None:
             self._arm_cron(task, finished_at + self._cal.offset)
         elif task.interval is not None:
             self._arm(task, _after(finished_at, task.interval))
@@ -976,10 +1021,16 @@ class _Engine:
         return infos
 
     def stats(self) -> Stats:
-        """A snapshot of the counters (see Stats). O(1). `pending` counts armed tasks; `queued` runs taken
-        and not started."""
+        """A snapshot of the counters (see Stats). O(1) (from within a drain, O(what it holds)). `pending`
+        counts armed tasks, as pending() lists them; `queued` runs taken and not started."""
+        pending = len(self._store) - self._others
+        for timer_id, item in self._batch:  # taken out of the store by drain(), not dealt with yet
+            if type(item) is _Task:
+                pending += item.timer_id == timer_id
+            else:
+                pending += item.id == timer_id  # an armed plain timer or deadline, counted in _others
         return Stats(
-            pending=len(self._store) - self._others,
+            pending=pending,
             executed=self._executed,
             cancelled=self._cancelled,
             running=self._running,
@@ -1145,10 +1196,8 @@ class Scheduler(_Engine):
         elif not isinstance(options, RunOptions):
             raise TypeError(f"options must be a RunOptions or None, not {type(options).__name__}")
         if type(args) is not tuple:
-            if isinstance(args, (str, bytes)):
-                raise TypeError("args must be an iterable of arguments, not a string")
-            args = tuple(args)
-        kw = dict(kwargs) if kwargs else None  # most jobs take none: no dict per task
+            args = arguments(args)
+        kw = keywords(kwargs) if kwargs else None  # most jobs take none: no dict per task
         # The id is taken before anything that allocates: a finalizer that the GC runs meanwhile may
         # schedule too, and must get the next one. It is given back if the call fails (and nothing took
         # a later one), so that a call that raised takes no id.
@@ -1220,7 +1269,8 @@ class Scheduler(_Engine):
             now = self.now()
         due = now + delay
         if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
-            task.waiting.forget()
+            task.waiting._forget()
+        task.overdue = False
         timer_id = task.timer_id
         try:
             if timer_id is None or not self._store.reschedule_at(timer_id, due):

@@ -10,6 +10,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from ._clock import Clock, as_clock
 from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
@@ -127,6 +128,7 @@ class ThreadedScheduler(DriverBase):
                 drop=self._not_run,
                 on_idle=self._idle_changed.notify_all,
                 on_error=self._internal_error,
+                waiting=lambda: self._engine.waiting,
             )
             if workers
             else None
@@ -142,7 +144,11 @@ class ThreadedScheduler(DriverBase):
         """
         with self._lock:
             self._begin()
-            self._clock.subscribe(self._on_clock)
+            try:
+                self._clock.subscribe(self._on_clock)  # a clock's own code: if it fails, nothing started
+            except BaseException:
+                self._state = Lifecycle.NEW
+                raise
             self._driver.start()
             if self._pool is not None:
                 self._pool.start()
@@ -203,8 +209,9 @@ class ThreadedScheduler(DriverBase):
             self._engine.discard()
 
     def _queued(self, stats: Stats) -> int:
-        """The runs waiting because every worker is busy: what queue_size bounds."""
-        return self._pool.queued if self._pool is not None else 0
+        """The runs waiting because every worker is busy: what queue_size bounds (the engine's count of
+        runs taken and not started, so a run whose task was cancelled while it waited counts no more)."""
+        return self._pool.queued(stats.queued) if self._pool is not None else 0
 
     def _holds_lock(self) -> bool:
         """Whether this thread holds the scheduler's lock (threading.RLock's own bookkeeping)."""
@@ -317,6 +324,8 @@ class ThreadedScheduler(DriverBase):
             if due is not None and due <= engine.now():
                 return due, 0.0
             sleep = math.inf if due is None else self._clock.sleep_time(due)
+            if not (type(sleep) is float and sleep >= 0.0):  # NaN, negative, not a number: a bad clock
+                sleep = _sleep_seconds(sleep)
             if engine.calendar:  # wake now and then: a step of the wall clock moves calendar tasks
                 sleep = min(sleep, CALENDAR_WAKE)
             return due, sleep
@@ -357,3 +366,14 @@ class ThreadedScheduler(DriverBase):
             return False
         due = self._engine.next_due()
         return due is None or due > self._clock()
+
+
+def _sleep_seconds(sleep: Any) -> float:
+    """A clock's sleep_time() reading as seconds >= 0 (inf allowed), or the error that says why not."""
+    try:
+        seconds = float(sleep)
+    except (TypeError, ValueError):
+        raise TypeError(f"the clock's sleep_time() must return seconds, not {sleep!r}") from None
+    if not seconds >= 0.0:
+        raise ValueError(f"the clock's sleep_time() must return seconds >= 0, not {sleep!r}")
+    return seconds

@@ -18,10 +18,23 @@ import decimal
 import enum
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["boolean", "callable_or_none", "count", "deadline", "function", "identifier", "member", "seconds"]
+__all__ = [
+    "arguments",
+    "boolean",
+    "callable_or_none",
+    "count",
+    "deadline",
+    "exception_types",
+    "function",
+    "identifier",
+    "keywords",
+    "member",
+    "seconds",
+    "timer_store",
+]
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -109,3 +122,53 @@ def member(value: Any, kind: type[E], name: str) -> E:
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be a {kind.__name__}, not {value!r}")
     return value
+
+
+def exception_types(value: Any, name: str) -> tuple[type[BaseException], ...]:
+    """A tuple of exception classes. TypeError naming `name` otherwise."""
+    if not isinstance(value, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in value
+    ):
+        raise TypeError(f"{name} must be a tuple of exception classes, not {value!r}")
+    return value
+
+
+_STORE_METHODS = ("add_at", "cancel", "reschedule_at", "advance", "next_due", "__len__")
+
+
+def timer_store(store: Any, resolution: Any, slots: Any, levels: Any) -> None:
+    """`store` is None or has a TimerStore's methods and properties; the wheel's own settings come only
+    without it. TypeError naming the argument otherwise."""
+    if store is None:
+        return
+    missing = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
+    missing += [name for name in ("now", "horizon") if not hasattr(store, name)]
+    if missing:
+        raise TypeError(
+            f"store must be a timer store (a TimerWheel, a HeapQueue, or one with their methods), not "
+            f"{type(store).__name__}: it has no {', '.join(missing)}"
+        )
+    if resolution is not None or slots is not None or levels is not None:
+        raise TypeError("resolution, slots and levels are the default TimerWheel's: not with store")
+
+
+def arguments(value: Any) -> tuple[Any, ...]:
+    """A job's positional arguments, as a tuple. TypeError naming `args` for a string or a non-iterable."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError("args must be an iterable of arguments, not a string")
+    try:
+        return tuple(value)
+    except TypeError:
+        raise TypeError(f"args must be an iterable of arguments, not {type(value).__name__}") from None
+
+
+def keywords(value: Any) -> dict[str, Any]:
+    """A job's keyword arguments, as a new dict. TypeError naming `kwargs` for a non-mapping, or a key
+    that is not a string."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"kwargs must be a mapping of names to arguments, not {type(value).__name__}")
+    result = dict(value)
+    for key in result:
+        if type(key) is not str:
+            raise TypeError(f"kwargs keys must be strings, not {key!r}")
+    return result
