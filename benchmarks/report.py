@@ -73,6 +73,11 @@ RATIOS = [
         )
         for name in ("asyncio", "uvloop", "sched", "twisted", "HeapScheduler", "AsyncScheduler")
     ],
+    *[
+        (f"APScheduler / KeyedScheduler, {op} @{size}", f"{name}_aps[{size}]", f"{name}_keyed[{size}]", None)
+        for op, name in (("upsert known", "upsert_known"), ("upsert new", "upsert_new"), ("remove", "remove"))
+        for size in ("1e3", "1e4", "1e5")
+    ],
 ]
 
 

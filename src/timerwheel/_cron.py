@@ -17,8 +17,6 @@ from typing import Any
 
 __all__ = ["Cron"]
 
-UTC = UTC
-
 
 def _cronsim() -> Any:
     try:

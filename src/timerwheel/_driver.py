@@ -372,6 +372,14 @@ class DriverBase:
             stats = self._engine.stats()
             return dataclasses.replace(stats, queued=self._queued(stats), clock_errors=self._clock_errors)
 
+    @property
+    def timers(self) -> int:
+        """How many plain timers and run deadlines are armed: timeouts, sleeps and call_later handles,
+        KeyedScheduler keys (tasks are stats().pending). O(1)."""
+        self._check_caller()
+        with self._lock:
+            return self._engine.timers if hasattr(self, "_engine") else 0
+
     def _queued(self, stats: Stats) -> int:
         """A hook: the runs waiting for a worker or a slot (the engine's count: taken, not started)."""
         return stats.queued

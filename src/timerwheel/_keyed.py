@@ -15,17 +15,16 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timezone
+from typing import Any, NamedTuple
+from zoneinfo import ZoneInfo
 
-from ._scheduler import JobContext, Scheduler, log_safely
+from ._scheduler import JobContext, Scheduler, WallTimer, log_safely
 from ._types import RunOptions
 from ._validate import boolean, callable_or_none, function, member, seconds
 
 __all__ = ["KeyInfo", "KeyState", "KeyedScheduler", "Reschedule"]
 
-UTC = UTC
 logger = logging.getLogger("timerwheel")
 
 
@@ -50,9 +49,8 @@ class Reschedule(enum.Enum):
     NONE = "none"
 
 
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    """A key as it stands, from get() and snapshot().
+class KeyInfo(NamedTuple):
+    """A key as it stands, from get() and snapshot() (a named tuple: cheap to make by the million).
 
     Attributes:
         key: the key.
@@ -73,8 +71,11 @@ class KeyInfo:
     generation: int
 
 
-class _Key:
-    """A key's record: what KeyInfo shows, plus its armed task and its runs."""
+_new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
+
+
+class _Key(WallTimer):
+    """A key's record, and its one timer: a WallTimer of the engine armed at its next run (`wall`)."""
 
     __slots__ = (
         "contexts",
@@ -83,27 +84,47 @@ class _Key:
         "key",
         "last_error",
         "next_run_at",
+        "owner",
         "running",
         "state",
-        "task_id",
     )
 
-    def __init__(self, key: Hashable, data: Any) -> None:
+    def __init__(self, owner: KeyedScheduler, key: Hashable, data: Any) -> None:
+        self.id: int | None = None  # (WallTimer's: its entry in the store while armed)
+        self.due = 0.0
+        self.wall = 0.0
+        self.owner = owner
         self.key = key
         self.data = data
         self.generation = 0
         self.state = KeyState.DISABLED
         self.next_run_at: float | None = None  # POSIX seconds
-        self.task_id: int | None = None  # its armed task, or None
         self.running = 0
         self.last_error: str | None = None
-        self.contexts: list[JobContext] = []  # of its runs going on
+        self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
+
+    def fire(self) -> None:
+        """Its next run came (drain() calls it): hand the run to the scheduler."""
+        self.owner._fired(self)
 
     def info(self) -> KeyInfo:
-        at = None if self.next_run_at is None else datetime.fromtimestamp(self.next_run_at, tz=UTC)
-        return KeyInfo(
-            self.key, self.data, self.state, at, self.running > 0, self.last_error, self.generation
+        at = self.next_run_at
+        return _new_info(
+            KeyInfo,
+            (
+                self.key,
+                self.data,
+                self.state,
+                None if at is None else _from_posix(at, UTC),
+                self.running > 0,
+                self.last_error,
+                self.generation,
+            ),
         )
+
+
+_from_posix = datetime.fromtimestamp
+_ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact
 
 
 def _describe(error: BaseException) -> str:
@@ -207,23 +228,24 @@ class KeyedScheduler:
         self._cancel_on_remove = cancel_running_on_remove
         self._cancel_on_replace = cancel_running_on_replace
         self._wait_on_close = wait_running_on_close
-        self._timeout = run_timeout or None
         self._on_state_change = on_state_change
         self._on_finish = on_finish
         self._on_invalid = on_invalid
         self._async = isinstance(scheduler, AsyncScheduler)
-        self._coroutine = self._async and (
+        coroutine = self._async and (
             inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(type(run).__call__)
         )
-        # every run gets a context (cancellation on remove and replace, the timeout), whatever `context`
-        self._arm_options: dict[str, Any] = (
-            {"options": RunOptions(context=True, timeout=self._timeout)}
-            if isinstance(scheduler, Scheduler)
-            else {"context": True, "timeout": self._timeout}
-        )
+        self._job = self._run_async if coroutine else self._run_key
+        # Every run gets a context (cancellation on remove and replace, the timeout), whatever `context`.
+        self._options = RunOptions(context=True, timeout=run_timeout or None, coroutine=coroutine)
         self._keys: dict[Hashable, _Key] = {}
-        self._lock = threading.RLock()  # a run on a worker thread reports under it; callbacks may call in
+        # One lock: a ThreadedScheduler's own (the engine is touched under it), else one of ours (a run
+        # on a worker thread reports under it; callbacks may call back in).
+        self._lock: Any = scheduler._lock if isinstance(scheduler, ThreadedScheduler) else threading.RLock()
+        self._thread_lock = self._lock if isinstance(scheduler, ThreadedScheduler) else None
+        self._wall: Callable[[], float] = scheduler.wall  # until start(): then the engine's wall clock
         self._idle = threading.Condition(self._lock)  # close() waits on it for the running runs
+        self._engine: Scheduler | None = None  # once started
         self._started = False
         self._closed = False
         self._owns_scheduler = False
@@ -249,9 +271,15 @@ class KeyedScheduler:
             if self._sched_is_new():
                 self._sched.start()
                 self._owns_scheduler = True
+            self._check_caller()
+            engine = self._sched if isinstance(self._sched, Scheduler) else self._sched._engine
+            self._engine = engine
+            self._wall = engine._cal.clock
             self._started = True
+            engine.add_calendar(self._keys.values())  # a step of the wall clock moves the keys' timers
+            wall_now = engine.wall()
             for rec in list(self._keys.values()):
-                self._plan(rec, self._wall_now())
+                self._plan(rec, wall_now)
 
     def close(self) -> None:
         """Close: every key becomes DISABLED (next_run_at None), their timers are taken back; with
@@ -297,16 +325,23 @@ class KeyedScheduler:
         with self._lock:
             if self._closed:
                 return
+            self._check_caller()
             self._closed = True
             for rec in self._keys.values():
                 self._disarm(rec)
                 rec.next_run_at = None
                 self._set_state(rec, KeyState.DISABLED)
+            if self._engine is not None:
+                self._engine.remove_calendar(self._keys.values())
 
     def _sched_is_new(self) -> bool:
         from ._driver import DriverBase, Lifecycle
 
         return isinstance(self._sched, DriverBase) and self._sched._state is Lifecycle.NEW
+
+    def _check_caller(self) -> None:
+        if self._async:
+            self._sched._check_caller()  # an AsyncScheduler is touched on its loop's thread only
 
     def _in_a_run(self) -> bool:
         return bool(getattr(_running, "depth", 0))
@@ -320,15 +355,61 @@ class KeyedScheduler:
         Raises:
             TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed.
         """
-        _check_key(key)
-        with self._lock:
-            self._check_open()
-            rec = self._keys.get(key)
+        lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
+        if lock is not None:
+            lock.acquire()
+        try:
+            try:
+                rec = self._keys.get(key)
+            except TypeError:
+                raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
+            engine = self._engine
+            if engine is None or self._closed or self._async or (rec is not None and rec.running):
+                self._upsert(rec, key, data)
+                return
+            # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
             if rec is None:
-                rec = self._keys[key] = _Key(key, data)
+                rec = self._keys[key] = _Key(self, key, data)
             else:
                 rec.data = data
-                if rec.running and self._cancel_on_replace:
+            rec.generation += 1
+            try:
+                when = self._next_run(_from_posix(self._wall(), UTC), key, data)
+            except Exception as exc:
+                self._invalid(rec, exc)
+                return
+            if type(when) is datetime and type(when.tzinfo) in _ALWAYS_AWARE:
+                at = when.timestamp()
+                state = rec.state
+                if state is KeyState.PENDING:
+                    if engine.move_wall_timer(rec, at):
+                        rec.next_run_at = at
+                        return
+                elif rec.id is None:
+                    engine.add_wall_timer(rec, at)
+                    rec.next_run_at = at
+                    rec.state = KeyState.PENDING
+                    if state is KeyState.INVALID:
+                        rec.last_error = None
+                    if self._on_state_change is not None:
+                        self._call(self._on_state_change, key, state, KeyState.PENDING)
+                    return
+            self._planned(rec, self._checked(when))
+        finally:
+            if lock is not None:
+                lock.release()
+
+    def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> None:
+        """upsert() of a new key, before start(), under an AsyncScheduler, or while the key runs."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the KeyedScheduler is closed")
+            self._check_caller()
+            if rec is None:
+                rec = self._keys[key] = _Key(self, key, data)
+            else:
+                rec.data = data
+                if rec.running and self._cancel_on_replace and rec.contexts:
                     for ctx in rec.contexts:
                         ctx.cancelled.set()
             rec.generation += 1
@@ -359,12 +440,13 @@ class KeyedScheduler:
         """
         _check_key(key)
         with self._lock:
+            self._check_caller()
             rec = self._keys.pop(key, None)
             if rec is None:
                 return False
             rec.generation += 1
             self._disarm(rec)
-            if rec.running and self._cancel_on_remove:
+            if rec.running and self._cancel_on_remove and rec.contexts:
                 for ctx in rec.contexts:
                     ctx.cancelled.set()
             return True
@@ -377,7 +459,7 @@ class KeyedScheduler:
             return None if rec is None else rec.info()
 
     def snapshot(self) -> dict[Hashable, KeyInfo]:
-        """Every key as it stands. O(keys)."""
+        """Every key as it stands. O(keys); one lock held throughout (a consistent view)."""
         with self._lock:
             return {key: rec.info() for key, rec in self._keys.items()}
 
@@ -401,32 +483,34 @@ class KeyedScheduler:
     # -- computing and arming ---------------------------------------------------------------------------
 
     def _wall_now(self) -> float:
-        return self._sched.wall()  # type: ignore[no-any-return]
+        return self._engine.wall() if self._engine is not None else self._sched.wall()
 
-    def _evaluate(self, rec: _Key, wall_now: float) -> float | BaseException | None:
-        """next_run for a key: POSIX seconds, None (disabled), or the error that makes it INVALID."""
-        now = datetime.fromtimestamp(wall_now, tz=UTC)
-        try:
-            when = self._next_run(now, rec.key, rec.data)
-        except Exception as exc:
-            return exc
+    def _checked(self, when: Any) -> float | BaseException | None:
+        """What next_run returned: POSIX seconds, None (disabled), or the error that makes it INVALID."""
         if when is None:
             return None
         if not isinstance(when, datetime):
             return TypeError(f"next_run must return an aware datetime or None, not {type(when).__name__}")
-        if when.tzinfo is None or when.utcoffset() is None:
+        try:
+            offset = when.utcoffset()
+        except Exception as exc:
+            return exc
+        if offset is None:
             return ValueError(f"next_run must return an aware datetime, not the naive {when!r}")
         return when.timestamp()
 
     def _plan(self, rec: _Key, wall_now: float) -> None:
         """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
-        result = self._evaluate(rec, wall_now)
+        try:
+            when = self._next_run(_from_posix(wall_now, UTC), rec.key, rec.data)
+        except Exception as exc:
+            self._invalid(rec, exc)
+            return
+        self._planned(rec, self._checked(when))
+
+    def _planned(self, rec: _Key, result: float | BaseException | None) -> None:
         if isinstance(result, BaseException):
-            self._disarm(rec)
-            rec.next_run_at = None
-            rec.last_error = _describe(result)
-            self._set_state(rec, KeyState.INVALID)
-            self._call(self._on_invalid, rec.key, rec.data, result)
+            self._invalid(rec, result)
             return
         if rec.state is KeyState.INVALID:
             rec.last_error = None
@@ -435,22 +519,25 @@ class KeyedScheduler:
             self._disarm(rec)
             self._set_state(rec, KeyState.DISABLED)
             return
-        if self._started and not self._closed:
-            self._arm(rec, result)
+        engine = self._engine
+        if (
+            engine is not None
+            and not self._closed
+            and (rec.id is None or not engine.move_wall_timer(rec, result))
+        ):
+            engine.add_wall_timer(rec, result)
         self._set_state(rec, KeyState.PENDING)
 
-    def _arm(self, rec: _Key, when: float) -> None:
-        sched = self._sched
-        if rec.task_id is not None and sched.reschedule_wall(rec.task_id, when):
-            return  # moved in place: the O(1) upsert
-        rec.task_id = sched.schedule_wall(
-            when, self._fire_async if self._coroutine else self._fire, args=(rec.key,), **self._arm_options
-        )
+    def _invalid(self, rec: _Key, error: BaseException) -> None:
+        self._disarm(rec)
+        rec.next_run_at = None
+        rec.last_error = _describe(error)
+        self._set_state(rec, KeyState.INVALID)
+        self._call(self._on_invalid, rec.key, rec.data, error)
 
     def _disarm(self, rec: _Key) -> None:
-        if rec.task_id is not None:
-            self._sched.cancel(rec.task_id)
-            rec.task_id = None
+        if rec.id is not None and self._engine is not None:
+            self._engine.cancel_timer(rec)
 
     def _set_state(self, rec: _Key, state: KeyState) -> None:
         old, rec.state = rec.state, state
@@ -473,16 +560,24 @@ class KeyedScheduler:
 
     # -- runs -------------------------------------------------------------------------------------------
 
-    def _begin(self, ctx: JobContext, key: Hashable) -> tuple[_Key, int] | None:
-        """A key's timer fired: its record and generation, or None if the key is gone or moved on."""
+    def _fired(self, rec: _Key) -> None:
+        """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
+        one-shot task of the scheduler due at once (it runs in this same drain, where the driver says)."""
+        engine = self._engine
+        assert engine is not None
+        engine.schedule_at(rec.due, self._job, args=(rec, rec.generation), options=self._options)
+
+    def _begin(self, ctx: JobContext, rec: _Key, generation: int) -> Any:
+        """A key's run starts: its data, or _STALE if the key was removed, replaced or closed since it
+        fired (the run is superseded, and does not run)."""
         with self._lock:
-            rec = self._keys.get(key)
-            if rec is None or self._closed or rec.task_id != ctx.task_id:
-                return None  # removed, closed, or replaced by a newer timer: a stale fire
-            rec.task_id = None
+            if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+                return _STALE
             rec.running += 1
-            rec.contexts.append(ctx)
-            generation = rec.generation
+            if rec.contexts is None:
+                rec.contexts = [ctx]
+            else:
+                rec.contexts.append(ctx)
             if self._reschedule is Reschedule.BEFORE_RUN:
                 self._plan(rec, self._wall_now())
                 if rec.state is KeyState.PENDING:
@@ -490,13 +585,19 @@ class KeyedScheduler:
             else:
                 rec.next_run_at = None
                 self._set_state(rec, KeyState.RUNNING)
-            return rec, generation
+            return rec.data
 
-    def _end(self, rec: _Key, generation: int, ctx: JobContext, error: BaseException | None) -> None:
+    def _end(
+        self, rec: _Key, generation: int, data: Any, ctx: JobContext, error: BaseException | None
+    ) -> None:
         with self._lock:
             rec.running -= 1
-            if ctx in rec.contexts:
-                rec.contexts.remove(ctx)
+            contexts = rec.contexts
+            if contexts is not None:
+                if ctx in contexts:
+                    contexts.remove(ctx)
+                if not contexts:
+                    rec.contexts = None
             current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
             if current:
                 if error is not None:
@@ -507,49 +608,47 @@ class KeyedScheduler:
                     rec.next_run_at = None
                     self._set_state(rec, KeyState.DISABLED)
                 elif rec.state is KeyState.RUNNING:
-                    self._set_state(rec, KeyState.PENDING if rec.task_id is not None else KeyState.DISABLED)
+                    self._set_state(rec, KeyState.PENDING if rec.id is not None else KeyState.DISABLED)
             self._idle.notify_all()
             if self._all_done is not None and not any(r.running for r in self._keys.values()):
                 self._all_done.set()
-            data = rec.data
         self._call(self._on_finish, rec.key, data, error)
 
-    def _fire(self, ctx: JobContext, key: Hashable) -> None:
-        begun = self._begin(ctx, key)
-        if begun is None:
+    def _run_key(self, ctx: JobContext, rec: _Key, generation: int) -> None:
+        data = self._begin(ctx, rec, generation)
+        if data is _STALE:
             return
-        rec, generation = begun
         error: BaseException | None = None
         _running.depth = getattr(_running, "depth", 0) + 1
         try:
             if self._context:
-                self._run(ctx, key, rec.data)
+                self._run(ctx, rec.key, data)
             else:
-                self._run(key, rec.data)
+                self._run(rec.key, data)
         except BaseException as exc:
             error = exc
             raise
         finally:
             _running.depth -= 1
-            self._end(rec, generation, ctx, error)
+            self._end(rec, generation, data, ctx, error)
 
-    async def _fire_async(self, ctx: JobContext, key: Hashable) -> None:
-        begun = self._begin(ctx, key)
-        if begun is None:
+    async def _run_async(self, ctx: JobContext, rec: _Key, generation: int) -> None:
+        data = self._begin(ctx, rec, generation)
+        if data is _STALE:
             return
-        rec, generation = begun
         error: BaseException | None = None
         try:
-            result = self._run(ctx, key, rec.data) if self._context else self._run(key, rec.data)
+            result = self._run(ctx, rec.key, data) if self._context else self._run(rec.key, data)
             if inspect.isawaitable(result):
                 await result
         except BaseException as exc:
             error = exc
             raise
         finally:
-            self._end(rec, generation, ctx, error)
+            self._end(rec, generation, data, ctx, error)
 
 
+_STALE = object()  # what _begin() returns for a run that was superseded
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
 
 

@@ -22,7 +22,7 @@ import logging
 import math
 import sys
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -41,7 +41,7 @@ from ._validate import (
     timer_store,
 )
 
-__all__ = ["Driver", "JobContext", "Run", "Scheduler", "Timer", "TimerStore"]
+__all__ = ["Driver", "JobContext", "Run", "Scheduler", "Timer", "TimerStore", "WallTimer"]
 
 logger = logging.getLogger("timerwheel")
 
@@ -440,6 +440,32 @@ class Timer:
             self.id = engine._store.add_at(self.due, self)
 
 
+class WallTimer(Timer):
+    """A plain timer whose due is a wall-clock time, `wall` (POSIX seconds).
+
+    Armed with add_wall_timer() and move_wall_timer(): its due on the monotonic clock is `wall` less the
+    engine's wall offset. A group of them that the engine knows of (add_calendar()) is moved when the wall
+    clock steps, and none fires before its wall time: one whose wall time has not come when its monotonic
+    due does (the wall clock lagged) waits the rest. KeyedScheduler's keys are WallTimers.
+    """
+
+    __slots__ = ("wall",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wall = 0.0
+
+    def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
+        if self.id == timer_id:
+            wall_now = engine._cal.now
+            if wall_now < self.wall:  # never before its wall time: wait the rest
+                self.id = None
+                engine._others -= 1
+                engine.add_timer(self, now + (self.wall - wall_now))
+                return 0
+        return Timer._due(self, engine, timer_id, now, driver)
+
+
 def _first_grid_point_after(origin: float, interval: float, now: float) -> float:
     """The least origin + k * interval (k >= 1) that is after now, as computed in floats; always > now.
 
@@ -515,13 +541,14 @@ class _Calendar:
     engine checks it at the fire).
     """
 
-    __slots__ = ("clock", "now", "offset", "tasks")
+    __slots__ = ("clock", "groups", "now", "offset", "tasks")
 
     def __init__(self, clock: Callable[[], float], start: float) -> None:
         self.clock = clock
         self.now = _clock_value(clock())  # the wall clock at the last follow()
         self.offset = self.now - start  # wall - monotonic, as seen last
         self.tasks: set[_Task] = set()  # live calendar tasks
+        self.groups: list[Collection[WallTimer]] = []  # collections of WallTimers (add_calendar())
 
     def follow(self, now: float, store: TimerStore) -> float:
         """Read the wall clock (monotonic time `now`); move the calendar tasks if it stepped. Returns it."""
@@ -534,6 +561,12 @@ class _Calendar:
                     due = task.wall - offset
                     if store.reschedule_at(task.timer_id, due):
                         task.due = due
+            for group in list(self.groups):
+                for timer in list(group):
+                    if timer.id is not None:
+                        due = timer.wall - offset
+                        if store.reschedule_at(timer.id, due):
+                            timer.due = due
         self.now = wall_now
         return wall_now
 
@@ -809,7 +842,7 @@ class _Engine:
         started = 0
         batch: list[tuple[int, Any]] = []
         taken = 0  # entries of `batch` dealt with
-        if self._cal.tasks:  # a wall clock that stepped moves the calendar tasks first
+        if self._cal.tasks or self._cal.groups:  # a wall clock that stepped moves the calendar first
             self._cal.follow(now, store)
         self._draining = True
         try:
@@ -961,9 +994,44 @@ class _Engine:
 
     @property
     def calendar(self) -> int:
-        """How many calendar tasks (dues on the wall clock) there are: a driver that has some wakes now and
-        then to notice a step of the wall clock."""
-        return len(self._cal.tasks)
+        """How many calendar tasks and wall timers (dues on the wall clock) there are: a driver that has
+        some wakes now and then to notice a step of the wall clock."""
+        cal = self._cal
+        return len(cal.tasks) + sum(len(group) for group in cal.groups) if cal.groups else len(cal.tasks)
+
+    def add_wall_timer(self, timer: WallTimer, wall: float) -> None:
+        """Arm a WallTimer (not armed) at the wall-clock time `wall` (POSIX seconds, finite). O(1)."""
+        due = wall - self._cal.offset
+        timer.id = self._store.add_at(due, timer)  # add_timer(), inline
+        timer.due = due
+        timer.wall = wall
+        self._others += 1
+        if self._wake is not None and not self._draining:
+            self._wake(due)
+
+    def move_wall_timer(self, timer: WallTimer, wall: float) -> bool:
+        """Move an armed WallTimer to the wall-clock time `wall`. O(1). False if it is not armed."""
+        due = wall - self._cal.offset
+        if timer.id is None or not self._store.reschedule_at(timer.id, due):  # move_timer(), inline
+            return False
+        timer.due = due
+        timer.wall = wall
+        if self._wake is not None and not self._draining:
+            self._wake(due)
+        return True
+
+    def add_calendar(self, group: Collection[WallTimer]) -> None:
+        """Make a collection of WallTimers (iterated when the wall clock steps, to move the armed ones)
+        known to the engine: drivers then wake now and then to notice a step (see `calendar`)."""
+        self._cal.groups.append(group)
+        if self._wake is not None and not self._draining:
+            self._wake(-math.inf)
+
+    def remove_calendar(self, group: Collection[WallTimer]) -> None:
+        """Forget a collection given to add_calendar(); no error if it is not known."""
+        groups = self._cal.groups
+        if any(g is group for g in groups):
+            groups[:] = [g for g in groups if g is not group]
 
     def _arm_wall(self, task: _Task, when: float) -> None:
         """Arm a live calendar task (not armed) at the wall time `when`."""
