@@ -12,8 +12,9 @@ from ._clock import Clock
 from ._core import BACKEND, TimerWheel
 from ._cron import Cron
 from ._heap import HeapScheduler
-from ._keyed import KeyedScheduler, KeyInfo, KeyState, Reschedule
+from ._keyed import CatchUp, KeyedScheduler, KeyedStats, KeyInfo, KeyState, Recover, Reschedule
 from ._scheduler import JobContext, Scheduler
+from ._store import MemoryStore, SQLiteStore, StoreError
 from ._threaded import ThreadedScheduler
 from ._types import (
     AlreadyRunningError,
@@ -53,6 +54,7 @@ __all__ = [
     "AlreadyRunningError",
     "AsyncScheduler",
     "Backpressure",
+    "CatchUp",
     "Clock",
     "ClockError",
     "ClosedError",
@@ -63,13 +65,18 @@ __all__ = [
     "KeyInfo",
     "KeyState",
     "KeyedScheduler",
+    "KeyedStats",
+    "MemoryStore",
     "Missed",
     "NotStartedError",
+    "Recover",
     "RepeatMode",
     "Reschedule",
     "RunOptions",
+    "SQLiteStore",
     "Scheduler",
     "Stats",
+    "StoreError",
     "ThreadedScheduler",
     "TimerHandle",
     "TimerInfo",

@@ -10,8 +10,10 @@ nothing of the newer one (on_finish still hears of it).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
+import json
 import logging
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -20,10 +22,11 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from ._scheduler import JobContext, Scheduler, WallTimer, log_safely
+from ._store import KeyStore, MemoryStore, StoredFire, StoredKey, encode_key
 from ._types import RunOptions
-from ._validate import boolean, callable_or_none, function, member, seconds
+from ._validate import boolean, callable_or_none, count, function, member, seconds
 
-__all__ = ["KeyInfo", "KeyState", "KeyedScheduler", "Reschedule"]
+__all__ = ["CatchUp", "KeyInfo", "KeyState", "KeyedScheduler", "KeyedStats", "Recover", "Reschedule"]
 
 logger = logging.getLogger("timerwheel")
 
@@ -47,6 +50,49 @@ class Reschedule(enum.Enum):
     AFTER_FINISH = "after_finish"
     BEFORE_RUN = "before_run"
     NONE = "none"
+
+
+class CatchUp(enum.Enum):
+    """What start() does with the fires of a stored key that fell due while the process was down:
+    ONCE (one run now, then on schedule: systemd's Persistent=true, Kubernetes CronJob), SKIP (none: go on
+    at the next fire after now), ALL (each missed fire, in order, at most max_catch_up: Quartz's
+    ignore-misfire policy; then on schedule). Every missed fire that does not run is reported."""
+
+    ONCE = "once"
+    SKIP = "skip"
+    ALL = "all"
+
+
+class Recover(enum.Enum):
+    """What start() does with a fire that started and never finished (the process died during its run):
+    RERUN it (at-least-once execution), or SKIP it (at-most-once: recorded as failed)."""
+
+    RERUN = "rerun"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedStats:
+    """A snapshot of a KeyedScheduler's counters (since it was made).
+
+    Attributes:
+        keys: keys held.
+        started: runs started. finished: runs finished. failed: runs that raised.
+        missed: fires that fell due while the process was down (a durable store) and were not run
+            (CatchUp.SKIP, beyond max_catch_up, past misfire_grace), all reported through on_missed.
+        caught_up: missed fires run at start (CatchUp.ONCE or ALL).
+        recovered: interrupted fires run again at start (Recover.RERUN).
+        abandoned: interrupted fires recorded as failed (Recover.SKIP).
+    """
+
+    keys: int = 0
+    started: int = 0
+    finished: int = 0
+    failed: int = 0
+    missed: int = 0
+    caught_up: int = 0
+    recovered: int = 0
+    abandoned: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -78,11 +124,13 @@ class _Key(WallTimer):
     """A key's record, and its one timer: a WallTimer of the engine armed at its next run (`wall`)."""
 
     __slots__ = (
+        "catch_up",
         "contexts",
         "data",
         "generation",
         "key",
         "last_error",
+        "last_scheduled_for",
         "next_run_at",
         "owner",
         "running",
@@ -102,6 +150,20 @@ class _Key(WallTimer):
         self.running = 0
         self.last_error: str | None = None
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
+        self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
+        self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
+
+    def row(self, data: str, state: KeyState | None = None) -> StoredKey:
+        """Its row for a durable store, with `data` its JSON (and another state, if given)."""
+        return StoredKey(
+            self.key,
+            data,
+            self.generation,
+            (state or self.state).value,
+            _us(self.next_run_at),
+            _us(self.last_scheduled_for),
+            self.last_error,
+        )
 
     def fire(self) -> None:
         """Its next run came (drain() calls it): hand the run to the scheduler."""
@@ -124,6 +186,21 @@ class _Key(WallTimer):
 
 
 _from_posix = datetime.fromtimestamp
+
+
+def _micro(t: float) -> int:
+    """POSIX seconds as the integer microseconds a store keeps (exact keys for scheduled times)."""
+    return round(t * 1_000_000)
+
+
+def _us(t: float | None) -> int | None:
+    return None if t is None else _micro(t)
+
+
+def _seconds(us: int | None) -> float | None:
+    return None if us is None else us / 1_000_000
+
+
 _ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact
 
 
@@ -191,6 +268,12 @@ class KeyedScheduler:
         on_state_change: Callable[[Any, KeyState, KeyState], object] | None = None,
         on_finish: Callable[[Any, Any, BaseException | None], object] | None = None,
         on_invalid: Callable[[Any, Any, BaseException], object] | None = None,
+        store: KeyStore | None = None,
+        catch_up: CatchUp = CatchUp.ONCE,
+        max_catch_up: int = 100,
+        misfire_grace: float | None = None,
+        recover: Recover = Recover.RERUN,
+        on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None = None,
     ) -> None:
         from ._asyncio import AsyncScheduler
         from ._threaded import ThreadedScheduler
@@ -218,8 +301,23 @@ class KeyedScheduler:
             ("on_state_change", on_state_change),
             ("on_finish", on_finish),
             ("on_invalid", on_invalid),
+            ("on_missed", on_missed),
         ):
             callable_or_none(callback, name)
+        if store is None:
+            store = MemoryStore()
+        elif not all(callable(getattr(store, m, None)) for m in ("load", "put", "start_fire", "close")):
+            raise TypeError(f"store must be a MemoryStore, a SQLiteStore or a PostgresStore, not {store!r}")
+        member(catch_up, CatchUp, "catch_up")
+        member(recover, Recover, "recover")
+        count(max_catch_up, "max_catch_up", 0)
+        if misfire_grace is not None:
+            misfire_grace = seconds(misfire_grace, "misfire_grace")
+            if misfire_grace < 0:
+                raise ValueError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
+        owner = getattr(store, "_owner", None)
+        if owner is not None:
+            raise ValueError(f"store: the {store.name} is in use by another KeyedScheduler already")
         self._sched: Any = scheduler
         self._next_run = next_run
         self._run = run
@@ -250,6 +348,22 @@ class KeyedScheduler:
         self._closed = False
         self._owns_scheduler = False
         self._all_done: Any = None  # aclose() waits on it (an asyncio.Event) for the running runs
+        self._store = store
+        self._durable = bool(store.durable)
+        self._catch_up = catch_up
+        self._max_catch_up = max_catch_up
+        self._grace = misfire_grace
+        self._recover = recover
+        self._on_missed = on_missed
+        self._counts = dict.fromkeys(
+            ("started", "finished", "failed", "missed", "caught_up", "recovered", "abandoned"), 0
+        )
+        self._loaded: set[Hashable] = set()  # keys loaded from the store and not upserted since
+        self._missed_summary = [0, 0]
+        self._unfinished: dict[Hashable, list[StoredFire]] = {}
+        if self._durable:
+            self._load()
+            store._owner = self  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._started else "new"
@@ -278,8 +392,29 @@ class KeyedScheduler:
             self._started = True
             engine.add_calendar(self._keys.values())  # a step of the wall clock moves the keys' timers
             wall_now = engine.wall()
+            rows: list[StoredKey] = []
+            self._missed_summary = [0, 0]  # keys, fires
             for rec in list(self._keys.values()):
-                self._plan(rec, wall_now)
+                if rec.key in self._loaded:
+                    self._recover_and_catch_up(rec, wall_now)
+                    rows.append(rec.row(self._encode(rec.data)))
+                else:
+                    self._plan(rec, wall_now)
+            if self._missed_summary[0]:
+                logger.warning(
+                    "timerwheel: %d key(s) of the %s missed %d fire(s) while the process was down, not run "
+                    "(catch_up=%s, max_catch_up=%d, misfire_grace=%r): see on_missed and stats()",
+                    self._missed_summary[0],
+                    self._store.name,
+                    self._missed_summary[1],
+                    self._catch_up.name,
+                    self._max_catch_up,
+                    self._grace,
+                )
+            if rows:
+                self._store.replace(rows, ())  # what start() decided, in one transaction
+            self._loaded.clear()
+            self._unfinished.clear()
 
     def close(self) -> None:
         """Close: every key becomes DISABLED (next_run_at None), their timers are taken back; with
@@ -292,6 +427,7 @@ class KeyedScheduler:
             with self._lock:
                 while any(rec.running for rec in self._keys.values()):
                     self._idle.wait()
+        self._release_store()
         if self._owns_scheduler:
             self._sched.close()
 
@@ -304,6 +440,7 @@ class KeyedScheduler:
             while any(rec.running for rec in self._keys.values()):
                 self._all_done = asyncio.Event()
                 await self._all_done.wait()
+        self._release_store()
         if self._owns_scheduler:
             await self._sched.aclose()
 
@@ -333,6 +470,20 @@ class KeyedScheduler:
                 self._set_state(rec, KeyState.DISABLED)
             if self._engine is not None:
                 self._engine.remove_calendar(self._keys.values())
+
+    def _release_store(self) -> None:
+        """Close the store once no run is going (a run still going releases it when it finishes, so that
+        its finish is recorded); closing the KeyedScheduler never writes DISABLED into the store."""
+        with self._lock:
+            if self._closed and not any(rec.running for rec in self._keys.values()):
+                self._store.close()
+                if getattr(self._store, "_owner", None) is self:
+                    self._store._owner = None
+
+    def stats(self) -> KeyedStats:
+        """A snapshot of the counters (see KeyedStats). O(1)."""
+        with self._lock:
+            return KeyedStats(keys=len(self._keys), **self._counts)
 
     def _sched_is_new(self) -> bool:
         from ._driver import DriverBase, Lifecycle
@@ -364,7 +515,13 @@ class KeyedScheduler:
             except TypeError:
                 raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
             engine = self._engine
-            if engine is None or self._closed or self._async or (rec is not None and rec.running):
+            if (
+                engine is None
+                or self._closed
+                or self._async
+                or self._durable
+                or (rec is not None and rec.running)
+            ):
                 self._upsert(rec, key, data)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
@@ -400,20 +557,46 @@ class KeyedScheduler:
                 lock.release()
 
     def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> None:
-        """upsert() of a new key, before start(), under an AsyncScheduler, or while the key runs."""
+        """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
+        the key runs. With a durable store the new row is committed first, then applied: a store that
+        fails changes nothing."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
             self._check_caller()
+            if self._durable:
+                encode_key(key)
+                encoded = self._encode(data)
+                fresh = rec is None
+                if rec is None:
+                    rec = _Key(self, key, data)
+                result = self._evaluate(key, data, self._wall_now())
+                state, at, last_error = self._outcome(rec, result)
+                self._store.put(
+                    StoredKey(
+                        key,
+                        encoded,
+                        rec.generation + 1,
+                        state.value,
+                        _us(at),
+                        _us(rec.last_scheduled_for),
+                        last_error,
+                    )
+                )
+                if fresh:
+                    self._keys[key] = rec
+                self._loaded.discard(key)
             if rec is None:
                 rec = self._keys[key] = _Key(self, key, data)
-            else:
-                rec.data = data
-                if rec.running and self._cancel_on_replace and rec.contexts:
-                    for ctx in rec.contexts:
-                        ctx.cancelled.set()
+            elif rec.running and self._cancel_on_replace and rec.contexts:
+                for ctx in rec.contexts:
+                    ctx.cancelled.set()
+            rec.data = data
             rec.generation += 1
-            self._plan(rec, self._wall_now())
+            if self._durable:
+                self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
+            else:
+                self._plan(rec, self._wall_now())
 
     def replace_all(self, mapping: Mapping[Hashable, Any]) -> None:
         """Upsert every item of `mapping`, and remove every key that is not in it.
@@ -425,12 +608,55 @@ class KeyedScheduler:
             raise TypeError(f"mapping must be a mapping of key to data, not {type(mapping).__name__}")
         for key in mapping:
             _check_key(key)
+            if self._durable:
+                encode_key(key)
         with self._lock:
             self._check_open()
-            for key in [k for k in self._keys if k not in mapping]:
-                self.remove(key)
+            self._check_caller()
+            removed = [k for k in self._keys if k not in mapping]
+            if not self._durable:
+                for key in removed:
+                    self.remove(key)
+                for key, data in mapping.items():
+                    self.upsert(key, data)
+                return
+            # Durable: every row computed, then one transaction, then applied.
+            wall_now = self._wall_now()
+            rows: list[StoredKey] = []
+            plans: list[tuple[_Key, bool, Any, Any, Any]] = []
             for key, data in mapping.items():
-                self.upsert(key, data)
+                encoded = self._encode(data)
+                rec = self._keys.get(key)
+                fresh = rec is None
+                if rec is None:
+                    rec = _Key(self, key, data)
+                result = self._evaluate(key, data, wall_now)
+                outcome = self._outcome(rec, result)
+                rows.append(
+                    StoredKey(
+                        key,
+                        encoded,
+                        rec.generation + 1,
+                        outcome[0].value,
+                        _us(outcome[1]),
+                        _us(rec.last_scheduled_for),
+                        outcome[2],
+                    )
+                )
+                plans.append((rec, fresh, data, outcome, result))
+            self._store.replace(rows, removed)
+            for key in removed:
+                self._forget(key)
+            for rec, fresh, data, (state, at, last_error), result in plans:
+                if fresh:
+                    self._keys[rec.key] = rec
+                elif rec.running and self._cancel_on_replace and rec.contexts:
+                    for ctx in rec.contexts:
+                        ctx.cancelled.set()
+                self._loaded.discard(rec.key)
+                rec.data = data
+                rec.generation += 1
+                self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
 
     def remove(self, key: Hashable) -> bool:
         """Forget a key and take back its timer; False (no error) for an unknown key.
@@ -441,15 +667,21 @@ class KeyedScheduler:
         _check_key(key)
         with self._lock:
             self._check_caller()
-            rec = self._keys.pop(key, None)
-            if rec is None:
+            if key not in self._keys:
                 return False
-            rec.generation += 1
-            self._disarm(rec)
-            if rec.running and self._cancel_on_remove and rec.contexts:
-                for ctx in rec.contexts:
-                    ctx.cancelled.set()
+            if self._durable:
+                self._store.delete(key)  # committed first: a store that fails changes nothing
+            self._forget(key)
             return True
+
+    def _forget(self, key: Hashable) -> None:
+        rec = self._keys.pop(key)
+        self._loaded.discard(key)
+        rec.generation += 1
+        self._disarm(rec)
+        if rec.running and self._cancel_on_remove and rec.contexts:
+            for ctx in rec.contexts:
+                ctx.cancelled.set()
 
     def get(self, key: Hashable) -> KeyInfo | None:
         """The key as it stands, or None. TypeError if the key is not hashable."""
@@ -499,41 +731,64 @@ class KeyedScheduler:
             return ValueError(f"next_run must return an aware datetime, not the naive {when!r}")
         return when.timestamp()
 
-    def _plan(self, rec: _Key, wall_now: float) -> None:
-        """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
+    def _encode(self, data: Any) -> str:
+        """`data` as the JSON a durable store keeps; TypeError naming data if JSON cannot encode it."""
         try:
-            when = self._next_run(_from_posix(wall_now, UTC), rec.key, rec.data)
-        except Exception as exc:
-            self._invalid(rec, exc)
-            return
-        self._planned(rec, self._checked(when))
+            return json.dumps(data, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(f"data must be JSON-serializable with a durable store: {exc}") from None
 
-    def _planned(self, rec: _Key, result: float | BaseException | None) -> None:
+    def _evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
+        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
+        try:
+            when = self._next_run(_from_posix(wall_now, UTC), key, data)
+        except Exception as exc:
+            return exc
+        return self._checked(when)
+
+    @staticmethod
+    def _outcome(
+        rec: _Key, result: float | BaseException | None
+    ) -> tuple[KeyState, float | None, str | None]:
+        """What an evaluation makes of a key: (state, next_run_at, last_error)."""
         if isinstance(result, BaseException):
-            self._invalid(rec, result)
-            return
-        if rec.state is KeyState.INVALID:
-            rec.last_error = None
-        rec.next_run_at = result
-        if result is None:
-            self._disarm(rec)
-            self._set_state(rec, KeyState.DISABLED)
-            return
+            return KeyState.INVALID, None, _describe(result)
+        last_error = None if rec.state is KeyState.INVALID else rec.last_error
+        return (KeyState.DISABLED if result is None else KeyState.PENDING), result, last_error
+
+    def _apply(
+        self,
+        rec: _Key,
+        state: KeyState,
+        at: float | None,
+        last_error: str | None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Make a key so: arm (or move, or take back) its timer, set its state; tell on_invalid."""
+        rec.next_run_at = at
+        rec.last_error = last_error
         engine = self._engine
-        if (
+        if at is None:
+            self._disarm(rec)
+        elif (
             engine is not None
             and not self._closed
-            and (rec.id is None or not engine.move_wall_timer(rec, result))
+            and (rec.id is None or not engine.move_wall_timer(rec, at))
         ):
-            engine.add_wall_timer(rec, result)
-        self._set_state(rec, KeyState.PENDING)
+            engine.add_wall_timer(rec, at)
+        self._set_state(rec, state)
+        if error is not None:
+            self._call(self._on_invalid, rec.key, rec.data, error)
+
+    def _plan(self, rec: _Key, wall_now: float) -> None:
+        """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
+        self._planned(rec, self._evaluate(rec.key, rec.data, wall_now))
+
+    def _planned(self, rec: _Key, result: float | BaseException | None) -> None:
+        self._apply(rec, *self._outcome(rec, result), result if isinstance(result, BaseException) else None)
 
     def _invalid(self, rec: _Key, error: BaseException) -> None:
-        self._disarm(rec)
-        rec.next_run_at = None
-        rec.last_error = _describe(error)
-        self._set_state(rec, KeyState.INVALID)
-        self._call(self._on_invalid, rec.key, rec.data, error)
+        self._planned(rec, error)
 
     def _disarm(self, rec: _Key) -> None:
         if rec.id is not None and self._engine is not None:
@@ -562,33 +817,96 @@ class KeyedScheduler:
 
     def _fired(self, rec: _Key) -> None:
         """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
-        one-shot task of the scheduler due at once (it runs in this same drain, where the driver says)."""
+        one-shot task of the scheduler due at once (it runs in this same drain, where the driver says).
+        The fire is the head of the key's catch-up queue if it has one, else its next run."""
         engine = self._engine
         assert engine is not None
-        engine.schedule_at(rec.due, self._job, args=(rec, rec.generation), options=self._options)
+        queue = rec.catch_up
+        if queue:
+            scheduled_for, rerun = queue.pop(0)
+            if not queue:
+                rec.catch_up = None
+        else:
+            scheduled_for, rerun = rec.wall, False
+        engine.schedule_at(
+            rec.due, self._job, args=(rec, rec.generation, scheduled_for, rerun), options=self._options
+        )
 
-    def _begin(self, ctx: JobContext, rec: _Key, generation: int) -> Any:
+    def _begin(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
         """A key's run starts: its data, or _STALE if the key was removed, replaced or closed since it
-        fired (the run is superseded, and does not run)."""
+        fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
+        With a durable store the fire is committed as started, with the key's row, before the run."""
         with self._lock:
             if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
                 return _STALE
+            wall_now = self._wall_now()
+            at: float | None
+            error: BaseException | None
+            if rec.catch_up:  # more catch-up fires follow this one: the next is the next run
+                state, at, last_error, error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error, None
+            elif self._reschedule is Reschedule.BEFORE_RUN:
+                result = self._evaluate(rec.key, rec.data, wall_now)
+                state, at, last_error = self._outcome(rec, result)
+                error = result if isinstance(result, BaseException) else None
+            else:
+                state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
+            if self._durable:
+                row = StoredKey(
+                    rec.key,
+                    self._encode(rec.data),
+                    generation,
+                    (KeyState.RUNNING if state is KeyState.PENDING else state).value,
+                    _us(at),
+                    _micro(scheduled_for),
+                    last_error,
+                )
+                try:
+                    taken = self._store.start_fire(row, _micro(scheduled_for), _micro(wall_now), rerun)
+                except Exception as exc:  # the store failed: the fire is not lost, it is tried again soon
+                    self._retry(rec, scheduled_for, rerun, exc, wall_now)
+                    return _STALE
+                if not taken:
+                    return _STALE
+            rec.last_scheduled_for = scheduled_for
+            ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
             rec.running += 1
+            self._counts["started"] += 1
             if rec.contexts is None:
                 rec.contexts = [ctx]
             else:
                 rec.contexts.append(ctx)
-            if self._reschedule is Reschedule.BEFORE_RUN:
-                self._plan(rec, self._wall_now())
-                if rec.state is KeyState.PENDING:
-                    self._set_state(rec, KeyState.RUNNING)
-            else:
-                rec.next_run_at = None
+            self._apply(rec, state, at, last_error, error)
+            if rec.state is KeyState.PENDING:
                 self._set_state(rec, KeyState.RUNNING)
             return rec.data
 
+    def _retry(
+        self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException, wall_now: float
+    ) -> None:
+        """A fire that the store could not record: back at the head of the queue, tried again in 1 s."""
+        log_safely(
+            logger,
+            (KeyboardInterrupt, SystemExit),
+            logging.ERROR,
+            "timerwheel: the %s failed to record a fire of key %r (%r); retrying in 1 s",
+            self._store.name,
+            rec.key,
+            error,
+            exc_info=error,
+        )
+        rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+        rec.last_error = _describe(error)
+        if self._engine is not None and rec.id is None:
+            self._engine.add_wall_timer(rec, wall_now + 1.0)
+
     def _end(
-        self, rec: _Key, generation: int, data: Any, ctx: JobContext, error: BaseException | None
+        self,
+        rec: _Key,
+        generation: int,
+        data: Any,
+        ctx: JobContext,
+        error: BaseException | None,
+        scheduled_for: float,
     ) -> None:
         with self._lock:
             rec.running -= 1
@@ -598,24 +916,76 @@ class KeyedScheduler:
                     contexts.remove(ctx)
                 if not contexts:
                     rec.contexts = None
+            self._counts["finished"] += 1
+            if error is not None:
+                self._counts["failed"] += 1
+            wall_now = self._wall_now()
             current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
+            outcome: tuple[KeyState, float | None, str | None] | None = None
+            result: Any = None
             if current:
-                if error is not None:
-                    rec.last_error = _describe(error)
-                if self._reschedule is Reschedule.AFTER_FINISH:
-                    self._plan(rec, self._wall_now())
+                last_error = _describe(error) if error is not None else rec.last_error
+                if rec.catch_up:
+                    outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
+                elif self._reschedule is Reschedule.AFTER_FINISH:
+                    result = self._evaluate(rec.key, rec.data, wall_now)
+                    rec.last_error = last_error
+                    outcome = self._outcome(rec, result)
                 elif self._reschedule is Reschedule.NONE:
-                    rec.next_run_at = None
-                    self._set_state(rec, KeyState.DISABLED)
-                elif rec.state is KeyState.RUNNING:
-                    self._set_state(rec, KeyState.PENDING if rec.id is not None else KeyState.DISABLED)
+                    outcome = (KeyState.DISABLED, None, last_error)
+                else:  # BEFORE_RUN: armed already, at its start
+                    state = rec.state
+                    if state is KeyState.RUNNING:
+                        state = KeyState.PENDING if rec.id is not None else KeyState.DISABLED
+                    outcome = (state, rec.next_run_at, last_error)
+            if self._durable and self._store_open():
+                row = None
+                if outcome is not None:
+                    row = StoredKey(
+                        rec.key,
+                        self._encode(rec.data),
+                        generation,
+                        outcome[0].value,
+                        _us(outcome[1]),
+                        _us(rec.last_scheduled_for),
+                        outcome[2],
+                    )
+                try:
+                    self._store.finish_fire(
+                        row,
+                        rec.key,
+                        generation,
+                        _micro(scheduled_for),
+                        _micro(wall_now),
+                        None if error is None else _describe(error),
+                    )
+                except Exception as exc:  # the fire stays unfinished: at the next start, `recover` decides
+                    log_safely(
+                        logger,
+                        (KeyboardInterrupt, SystemExit),
+                        logging.ERROR,
+                        "timerwheel: the %s failed to record the end of a run of key %r (%r)",
+                        self._store.name,
+                        rec.key,
+                        exc,
+                        exc_info=exc,
+                    )
+            if outcome is not None:
+                self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
             self._idle.notify_all()
             if self._all_done is not None and not any(r.running for r in self._keys.values()):
                 self._all_done.set()
+            if self._closed:
+                self._release_store()
         self._call(self._on_finish, rec.key, data, error)
 
-    def _run_key(self, ctx: JobContext, rec: _Key, generation: int) -> None:
-        data = self._begin(ctx, rec, generation)
+    def _store_open(self) -> bool:
+        return getattr(self._store, "_owner", None) is self
+
+    def _run_key(
+        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
+    ) -> None:
+        data = self._begin(ctx, rec, generation, scheduled_for, rerun)
         if data is _STALE:
             return
         error: BaseException | None = None
@@ -630,10 +1000,12 @@ class KeyedScheduler:
             raise
         finally:
             _running.depth -= 1
-            self._end(rec, generation, data, ctx, error)
+            self._end(rec, generation, data, ctx, error, scheduled_for)
 
-    async def _run_async(self, ctx: JobContext, rec: _Key, generation: int) -> None:
-        data = self._begin(ctx, rec, generation)
+    async def _run_async(
+        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
+    ) -> None:
+        data = self._begin(ctx, rec, generation, scheduled_for, rerun)
         if data is _STALE:
             return
         error: BaseException | None = None
@@ -645,7 +1017,125 @@ class KeyedScheduler:
             error = exc
             raise
         finally:
-            self._end(rec, generation, data, ctx, error)
+            self._end(rec, generation, data, ctx, error, scheduled_for)
+
+    # -- a durable store: loading, recovery and catch-up at start ------------------------------------------
+
+    def _load(self) -> None:
+        """Take the stored keys into memory (not armed: start() decides), and the unfinished fires."""
+        rows, fires = self._store.load()
+        for row in rows:
+            rec = _Key(self, row.key, json.loads(row.data))
+            rec.generation = row.generation
+            rec.state = KeyState(row.state)
+            rec.next_run_at = _seconds(row.next_run_at)
+            rec.last_scheduled_for = _seconds(row.last_scheduled_for)
+            rec.last_error = row.last_error
+            self._keys[row.key] = rec
+            self._loaded.add(row.key)
+        for fire in fires:
+            self._unfinished.setdefault(fire.key, []).append(fire)
+
+    def _recover_and_catch_up(self, rec: _Key, wall_now: float) -> None:
+        """A stored key at start: its interrupted fire (recover), the fires it missed while the process
+        was down (catch_up, max_catch_up, misfire_grace; every one not run reported), then its timer."""
+        queue: list[tuple[float, bool]] = []
+        base = rec.next_run_at
+        for fire in self._unfinished.pop(rec.key, ()):
+            when = fire.scheduled_for / 1_000_000
+            if fire.generation != rec.generation:
+                self._store.finish_fire(
+                    None,
+                    rec.key,
+                    fire.generation,
+                    fire.scheduled_for,
+                    _micro(wall_now),
+                    "superseded: its key was replaced",
+                )
+                continue
+            if self._recover is Recover.RERUN:
+                queue.append((when, True))
+                self._counts["recovered"] += 1
+            else:
+                message = (
+                    f"the run of {_iso(when)} was interrupted (the process stopped during it); "
+                    "recover=Recover.SKIP does not run it again"
+                )
+                self._store.finish_fire(
+                    None, rec.key, fire.generation, fire.scheduled_for, _micro(wall_now), message
+                )
+                rec.last_error = message
+                self._counts["abandoned"] += 1
+                logger.warning("timerwheel: key %r: %s", rec.key, message)
+            if base is None:  # AFTER_FINISH leaves it unset while a run goes: as if the run ended on time
+                next_after = self._evaluate(rec.key, rec.data, when)
+                base = next_after if isinstance(next_after, float) else None
+        if rec.state is KeyState.INVALID or (
+            base is None and not queue and rec.state is not KeyState.DISABLED
+        ):
+            self._plan(rec, wall_now)  # nothing to catch up from: next_run afresh
+            return
+        missed: list[float] = []
+        t: float | None = base
+        result: Any = base
+        beyond = False
+        while t is not None and t <= wall_now:
+            if len(missed) > self._max_catch_up:
+                beyond = True
+                break
+            missed.append(t)
+            result = self._evaluate(rec.key, rec.data, t)
+            t = result if isinstance(result, float) else None
+        grace = self._grace
+        runnable = [m for m in missed if grace is None or wall_now - m <= grace]
+        if self._catch_up is CatchUp.ONCE:
+            run = [] if queue else runnable[-1:]  # an interrupted fire run again is the run of the catch-up
+        elif self._catch_up is CatchUp.SKIP:
+            run = []
+        else:
+            run = runnable[: self._max_catch_up]
+        chosen = set(run)
+        skipped = [m for m in missed if m not in chosen]
+        if skipped:
+            self._report_missed(rec, skipped, beyond)
+        queue += [(m, False) for m in run]
+        self._counts["caught_up"] += len(run)
+        if queue:
+            rec.catch_up = queue
+            self._apply(rec, KeyState.PENDING, queue[0][0], rec.last_error)
+        elif beyond:
+            self._plan(rec, wall_now)  # more missed than counted: the next fire after now
+        elif rec.state is KeyState.DISABLED and base is None:
+            pass  # disabled it stays (next_run gave None, or Reschedule.NONE ran it), until upserted
+        else:
+            self._planned(rec, result if t is None else t)
+
+    def _report_missed(self, rec: _Key, skipped: list[float], beyond: bool) -> None:
+        count = len(skipped)
+        self._counts["missed"] += count
+        summary = self._missed_summary
+        summary[0] += 1
+        summary[1] += count
+        logger.debug(
+            "timerwheel: key %r missed %s%d fire(s) while the process was down, from %s to %s: not run",
+            rec.key,
+            "at least " if beyond else "",
+            count,
+            _iso(skipped[0]),
+            _iso(skipped[-1]),
+        )
+        self._call(
+            self._on_missed,
+            rec.key,
+            rec.data,
+            count,
+            _from_posix(skipped[0], UTC),
+            _from_posix(skipped[-1], UTC),
+        )
+
+
+def _iso(t: float) -> str:
+    return _from_posix(t, UTC).isoformat()
 
 
 _STALE = object()  # what _begin() returns for a run that was superseded

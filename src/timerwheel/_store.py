@@ -1,0 +1,391 @@
+"""Where a KeyedScheduler keeps its keys: MemoryStore (the default: nothing survives the process) and
+SQLiteStore (a file: keys, their next runs and a fire log survive a restart, and a crash at any instant).
+
+A store holds, per key: the key (a str or an int), its data (JSON), generation, state, next_run_at, the
+scheduled time of its last fire, and last_error; and a fire log keyed by (key, generation,
+scheduled_for): a row is written, "started", in the same transaction that moves the key on, before the
+run; and marked "finished" after it. Times are integers of microseconds since the epoch (UTC), so that a
+scheduled time is an exact key. Nothing executable is ever stored: next_run and run are code, given to
+the KeyedScheduler.
+
+The KeyStore protocol below is what a KeyedScheduler calls, always under its lock; every method that
+writes commits before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Hashable, Iterable
+from typing import Any, NamedTuple, Protocol
+
+__all__ = ["KeyStore", "MemoryStore", "SQLiteStore", "StoreError", "StoredFire", "StoredKey"]
+
+SCHEMA_VERSION = 1
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be used: another owner has it, or it is not a timerwheel store."""
+
+
+class StoredKey(NamedTuple):
+    """A key's row. Times in microseconds since the epoch (UTC), or None."""
+
+    key: Hashable
+    data: str  # JSON
+    generation: int
+    state: str  # a KeyState's value
+    next_run_at: int | None
+    last_scheduled_for: int | None
+    last_error: str | None
+
+
+class StoredFire(NamedTuple):
+    """A fire that started and never finished (the process stopped during its run)."""
+
+    key: Hashable
+    generation: int
+    scheduled_for: int
+    attempts: int
+
+
+class KeyStore(Protocol):
+    """What a KeyedScheduler needs of a store (see the module docstring)."""
+
+    durable: bool
+    name: str
+
+    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
+        """Every stored key, and the fires started and never finished."""
+        ...
+
+    def put(self, row: StoredKey) -> None:
+        """Insert or replace a key's row (committed)."""
+        ...
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
+        """Put every row and delete every removed key, in one transaction."""
+        ...
+
+    def delete(self, key: Hashable) -> None:
+        """Delete a key and its fires (committed)."""
+        ...
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+        """Record the fire (row.key, row.generation, scheduled_for) as started and write the key's row, in
+        one transaction. False (nothing written) if that fire was taken already; a rerun of an unfinished
+        fire counts one more attempt of it."""
+        ...
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        """Mark the fire finished (with its error, or None), and write the key's row unless it is None
+        (a fire of an older generation, or of a removed key), in one transaction."""
+        ...
+
+    def close(self) -> None:
+        """Release the store (idempotent)."""
+        ...
+
+
+class MemoryStore:
+    """The default store: keys live in the KeyedScheduler's memory only, and nothing survives the
+    process (what a KeyedScheduler without a store does)."""
+
+    durable = False
+    name = "memory"
+
+    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
+        """Nothing is stored."""
+        return [], []
+
+    def put(self, row: StoredKey) -> None:
+        """Nothing to write."""
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
+        """Nothing to write."""
+
+    def delete(self, key: Hashable) -> None:
+        """Nothing to write."""
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+        """Every fire is taken."""
+        return True
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        """Nothing to write."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return "MemoryStore()"
+
+
+def encode_key(key: Any) -> str:
+    """A key as stored: JSON of a str or an int (so that "1" and 1 stay two keys). TypeError otherwise."""
+    if type(key) is str or (type(key) is int):
+        return json.dumps(key)
+    raise TypeError(f"key must be a str or an int with a durable store, not {type(key).__name__}")
+
+
+def decode_key(text: str) -> Hashable:
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS timerwheel_keys (
+    key TEXT PRIMARY KEY,
+    data TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    next_run_at INTEGER,
+    last_scheduled_for INTEGER,
+    last_error TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS timerwheel_fires (
+    key TEXT NOT NULL,
+    generation INTEGER NOT NULL,
+    scheduled_for INTEGER NOT NULL,
+    started_at INTEGER NOT NULL,
+    finished_at INTEGER,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (key, generation, scheduled_for)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS timerwheel_unfinished ON timerwheel_fires (key) WHERE finished_at IS NULL;
+"""
+
+_PUT = (
+    "INSERT OR REPLACE INTO timerwheel_keys (key, data, generation, state, next_run_at, last_scheduled_for, "
+    "last_error) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+class SQLiteStore:
+    """Durable keys in one SQLite file, with the standard library's sqlite3 (WAL journal).
+
+    When upsert(), replace_all() or remove() of a KeyedScheduler on it returns, the change is committed; a
+    process killed at any instant loses no committed change and corrupts nothing. With WAL and
+    synchronous=NORMAL (the default here) a power loss may lose the last transactions, never the file's
+    integrity; `synchronous="FULL"` makes every commit survive a power loss too, at the cost of an fsync
+    per commit.
+
+    One process owns the file: the store takes an exclusive lock on it when it is made and keeps it until
+    close(), so a second SQLiteStore on the same file (in this process or another) is refused with
+    StoreError. To share one schedule between processes, use PostgresStore.
+
+    Args:
+        path: the database file (created if missing; its directory must exist).
+        synchronous: "NORMAL" (default) or "FULL" (power-loss durability).
+
+    Raises:
+        TypeError: path is not a str or os.PathLike; synchronous is not a str.
+        ValueError: synchronous is neither "NORMAL" nor "FULL".
+        StoreError: the file cannot be opened, is not an SQLite database or not a timerwheel store of a
+            version this one reads, or another store owns it.
+    """
+
+    durable = True
+
+    def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        if not isinstance(synchronous, str):
+            raise TypeError(f"synchronous must be a str, not {type(synchronous).__name__}")
+        if synchronous.upper() not in ("NORMAL", "FULL"):
+            raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
+        self.path = os.fspath(path)
+        self.name = f"SQLite file {self.path!r}"
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        try:
+            db = sqlite3.connect(self.path, timeout=0.0, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the {self.name}: {exc}") from None
+        try:
+            db.execute("PRAGMA locking_mode=EXCLUSIVE")
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO timerwheel_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            elif row[0] != str(SCHEMA_VERSION):
+                raise StoreError(
+                    f"the {self.name} has timerwheel schema version {row[0]}; this version of timerwheel "
+                    f"reads version {SCHEMA_VERSION}"
+                )
+            db.execute("COMMIT")
+        except BaseException as exc:
+            db.close()
+            if isinstance(exc, StoreError):
+                raise
+            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                raise StoreError(
+                    f"the {self.name} is owned by another store (in this process or another): one process "
+                    "owns a SQLite file; to share a schedule between processes, use PostgresStore"
+                ) from None
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise StoreError(f"the {self.name} is not a usable SQLite database: {exc}") from None
+            raise
+        self._db = db
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreError(f"the {self.name} is closed")
+        return self._db
+
+    def _transaction(self, work: Any) -> Any:
+        with self._lock:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return result
+
+    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
+        """Every stored key, and the fires started and never finished."""
+        with self._lock:
+            db = self._conn()
+            keys = [
+                StoredKey(decode_key(k), d, g, s, n, last, e)
+                for k, d, g, s, n, last, e in db.execute(
+                    "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
+                    "FROM timerwheel_keys"
+                )
+            ]
+            fires = [
+                StoredFire(decode_key(k), g, at, n)
+                for k, g, at, n in db.execute(
+                    "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
+                    "WHERE finished_at IS NULL ORDER BY key, scheduled_for"
+                )
+            ]
+        return keys, fires
+
+    @staticmethod
+    def _row(row: StoredKey) -> tuple[Any, ...]:
+        return (encode_key(row.key), *row[1:])
+
+    def put(self, row: StoredKey) -> None:
+        """Insert or replace a key's row (committed)."""
+        values = self._row(row)
+        self._transaction(lambda db: db.execute(_PUT, values))
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
+        """Put every row and delete every removed key, in one transaction."""
+        values = [self._row(row) for row in rows]
+        gone = [(encode_key(key),) for key in removed]
+
+        def work(db: sqlite3.Connection) -> None:
+            db.executemany("DELETE FROM timerwheel_keys WHERE key = ?", gone)
+            db.executemany("DELETE FROM timerwheel_fires WHERE key = ?", gone)
+            db.executemany(_PUT, values)
+
+        self._transaction(work)
+
+    def delete(self, key: Hashable) -> None:
+        """Delete a key and its fires (committed)."""
+        k = encode_key(key)
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM timerwheel_keys WHERE key = ?", (k,))
+            db.execute("DELETE FROM timerwheel_fires WHERE key = ?", (k,))
+
+        self._transaction(work)
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+        """Record the fire as started and write the key's row, in one transaction (see KeyStore). The
+        key's finished fires before this one are dropped from the log: the key's row says where it is."""
+        values = self._row(row)
+        k = values[0]
+
+        def work(db: sqlite3.Connection) -> bool:
+            if rerun:
+                taken = db.execute(
+                    "UPDATE timerwheel_fires SET attempts = attempts + 1, started_at = ? "
+                    "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
+                    (started_at, k, row.generation, scheduled_for),
+                ).rowcount
+            else:
+                taken = db.execute(
+                    "INSERT OR IGNORE INTO timerwheel_fires (key, generation, scheduled_for, started_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (k, row.generation, scheduled_for, started_at),
+                ).rowcount
+            if not taken:
+                return False
+            db.execute(
+                "DELETE FROM timerwheel_fires "
+                "WHERE key = ? AND finished_at IS NOT NULL AND scheduled_for < ?",
+                (k, scheduled_for),
+            )
+            db.execute(_PUT, values)
+            return True
+
+        return bool(self._transaction(work))
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        """Mark the fire finished, and write the key's row (unless None), in one transaction."""
+        k = encode_key(key)
+        values = None if row is None else self._row(row)
+
+        def work(db: sqlite3.Connection) -> None:
+            db.execute(
+                "UPDATE timerwheel_fires SET finished_at = ?, error = ? "
+                "WHERE key = ? AND generation = ? AND scheduled_for = ?",
+                (finished_at, error, k, generation, scheduled_for),
+            )
+            if values is not None:
+                db.execute(_PUT, values)
+
+        self._transaction(work)
+
+    def integrity(self) -> str:
+        """PRAGMA integrity_check's answer ("ok" for a sound file)."""
+        with self._lock:
+            return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        """Release the file (idempotent): another store may own it from now on."""
+        with self._lock:
+            db, self._db = self._db, None
+        if db is not None:
+            db.close()

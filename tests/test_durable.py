@@ -1,0 +1,528 @@
+"""Durable keys on SQLite: what survives a close and a crash, the catch-up table, recovery of interrupted
+runs, ownership of the file, and bad input.
+
+Time comes from a ManualClock (the wall clock is moved while the scheduler is closed: the process was
+down). Processes are real where a crash is the point: a child is SIGKILLed mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    CatchUp,
+    Cron,
+    KeyedScheduler,
+    KeyState,
+    MemoryStore,
+    Recover,
+    Reschedule,
+    Scheduler,
+    SQLiteStore,
+    StoreError,
+    ThreadedScheduler,
+)
+from timerwheel.testing import ManualClock, wait_until_idle
+
+T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC).timestamp()
+GENEROUS = 20.0  # seconds a test waits for a child process before it fails instead of hanging
+
+
+def every(now: datetime, key: Any, data: Any) -> datetime:
+    """next_run: data["every"] seconds after now."""
+    return now + timedelta(seconds=data["every"])
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(T0 + seconds, UTC)
+
+
+class Life:
+    """One life of a process: a Scheduler on the clock and a KeyedScheduler on the file."""
+
+    def __init__(self, path: Path, clock: ManualClock, **kwargs: Any) -> None:
+        self.clock = clock
+        self.ran: list[tuple[Any, float]] = []
+        self.missed: list[tuple[Any, int, float, float]] = []
+        kwargs.setdefault("on_missed", self._missed)
+        self.sched = Scheduler(clock)
+        self.keyed = KeyedScheduler(
+            self.sched,
+            kwargs.pop("next_run", every),
+            kwargs.pop("run", self._run),
+            store=SQLiteStore(path),
+            **kwargs,
+        )
+
+    def _run(self, key: Any, data: Any) -> None:
+        self.ran.append((key, self.clock.wall() - T0))
+
+    def _missed(self, key: Any, data: Any, count: int, first: datetime, last: datetime) -> None:
+        self.missed.append((key, count, first.timestamp() - T0, last.timestamp() - T0))
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock, running what comes due on the way (as a driver would)."""
+        end = self.clock() + seconds
+        for _ in range(100_000):
+            self.sched.run_pending()
+            wait = self.sched.next_run_in()
+            if wait is None or self.clock() + wait > end:
+                break
+            self.clock.advance(wait)
+        self.clock.set(end)
+        self.sched.run_pending()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "keys.db"
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(0.0, wall=T0)
+
+
+def down(clock: ManualClock, seconds: float) -> None:
+    """The process is down: the wall clock moves on (a new process's monotonic clock starts anew)."""
+    clock.set_wall(clock.wall() + seconds)
+
+
+# -- what survives ------------------------------------------------------------------------------------
+
+
+def test_keys_data_generations_and_next_runs_survive(path: Path, clock: ManualClock) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    life.keyed.upsert(7, {"every": 30, "note": "an int key"})
+    life.keyed.upsert("a", {"every": 20})  # generation 2
+    life.keyed.upsert("gone", {"every": 5})
+    assert life.keyed.remove("gone")
+    life.advance(20)
+    assert life.ran == [("a", 20.0)]
+    life.keyed.close()
+
+    again = Life(path, clock)
+    snap = again.keyed.snapshot()  # loaded at construction, before start()
+    assert set(snap) == {"a", 7}
+    assert snap["a"].data == {"every": 20} and snap["a"].generation == 2
+    assert snap["a"].next_run_at == at(40) and snap[7].next_run_at == at(30)
+    again.keyed.start()
+    again.advance(20)
+    assert again.ran == [(7, 30.0), ("a", 40.0)] and again.missed == []
+    again.keyed.close()
+
+
+def test_close_does_not_write_disabled_into_the_store(path: Path, clock: ManualClock) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    life.keyed.close()
+    assert life.keyed.get("a").state is KeyState.DISABLED  # type: ignore[union-attr]
+    again = Life(path, clock)
+    assert again.keyed.get("a").state is KeyState.PENDING  # type: ignore[union-attr]
+    again.keyed.close()
+
+
+# -- the catch-up table --------------------------------------------------------------------------------
+
+
+def catch_up_life(path: Path, clock: ManualClock, downtime: float, **kwargs: Any) -> Life:
+    """A key every 10 s that ran at 10, then the process was down for `downtime` s; a new life starts."""
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("k", {"every": 10})
+    life.advance(10)
+    assert life.ran == [("k", 10.0)]  # next at 20
+    life.keyed.close()
+    down(clock, downtime)  # wall: 10 + downtime
+    again = Life(path, clock, **kwargs)
+    again.keyed.start()
+    again.sched.run_pending()
+    return again
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "ran", "missed", "next_at"),
+    [
+        # down from 10 to 105: the fires of 20, 30, ..., 100 (9) were missed
+        ({}, [("k", 105.0)], [("k", 8, 20.0, 90.0)], 115.0),  # ONCE: the latest now, 8 reported
+        ({"catch_up": CatchUp.SKIP}, [], [("k", 9, 20.0, 100.0)], 110.0),  # SKIP: none, the next fire
+        ({"catch_up": CatchUp.ALL}, [("k", 105.0)] * 9, [], 115.0),  # ALL: each, in order
+        # ALL, max_catch_up=3: counted up to 4 (max_catch_up + 1), 3 run, "at least 1" more reported
+        ({"catch_up": CatchUp.ALL, "max_catch_up": 3}, [("k", 105.0)] * 3, [("k", 1, 50.0, 50.0)], 115.0),
+        ({"misfire_grace": 30.0}, [("k", 105.0)], [("k", 8, 20.0, 90.0)], 115.0),
+        ({"catch_up": CatchUp.ALL, "misfire_grace": 30.0}, [("k", 105.0)] * 3, [("k", 6, 20.0, 70.0)], 115.0),
+        ({"misfire_grace": 1.0}, [], [("k", 9, 20.0, 100.0)], 110.0),  # every missed fire too late
+    ],
+    ids=["once", "skip", "all", "all-max3", "once-grace30", "all-grace30", "once-grace1"],
+)
+def test_the_catch_up_table(
+    path: Path, clock: ManualClock, kwargs: dict[str, Any], ran: list[Any], missed: list[Any], next_at: float
+) -> None:
+    life = catch_up_life(path, clock, 95.0, **kwargs)
+    assert life.ran == ran
+    assert life.missed == missed
+    assert life.keyed.get("k").next_run_at == at(next_at)  # type: ignore[union-attr]
+    stats = life.keyed.stats()
+    assert stats.missed == sum(m[1] for m in missed) and stats.caught_up == len(ran)
+    life.keyed.close()
+
+
+def test_catch_up_all_runs_the_missed_fires_in_order_with_their_times(path: Path, clock: ManualClock) -> None:
+    scheduled: list[float] = []
+
+    def run(ctx: Any, key: Any, data: Any) -> None:
+        scheduled.append(ctx.scheduled_for)
+
+    life = catch_up_life(path, clock, 35.0, catch_up=CatchUp.ALL, context=True, run=run)
+    assert scheduled == [T0 + 20, T0 + 30, T0 + 40]  # down until 45: each missed fire, in order, at once
+    assert life.keyed.get("k").next_run_at == at(55)  # type: ignore[union-attr]  # AFTER_FINISH, from 45
+    life.keyed.close()
+
+
+def test_more_missed_fires_than_max_catch_up_are_counted_as_at_least(
+    path: Path, clock: ManualClock, caplog: Any
+) -> None:
+    life = catch_up_life(path, clock, 100_000.0, max_catch_up=5)
+    assert life.ran == [("k", 100_010.0)]
+    ((key, count, first, last),) = life.missed
+    assert (key, count, first) == ("k", 5, 20.0) and last == 60.0  # 6 counted (max_catch_up + 1): 1 ran
+    assert "1 key(s) of the SQLite file" in caplog.text and "missed 5 fire(s)" in caplog.text
+    assert life.keyed.get("k").next_run_at == at(100_020)  # type: ignore[union-attr]
+    life.keyed.close()
+
+
+def test_a_cron_key_catches_up_once(path: Path, clock: ManualClock) -> None:
+    cron = Cron("0 * * * *")
+    ran: list[float] = []
+    life = Life(path, clock, next_run=cron, run=lambda key, data: ran.append(clock.wall()))
+    life.keyed.start()
+    life.keyed.upsert("hourly")
+    life.keyed.close()
+    down(clock, 5 * 3600 + 600)  # down from 12:00 to 17:10: 13:00 .. 17:00 missed
+    again = Life(path, clock, next_run=cron, run=lambda key, data: ran.append(clock.wall()))
+    again.keyed.start()
+    again.sched.run_pending()
+    assert ran == [T0 + 5 * 3600 + 600]
+    assert again.missed == [("hourly", 4, 3600.0, 4 * 3600.0)]
+    assert again.keyed.get("hourly").next_run_at == at(6 * 3600)  # type: ignore[union-attr]
+    again.keyed.close()
+
+
+def test_nothing_missed_nothing_reported(path: Path, clock: ManualClock) -> None:
+    life = catch_up_life(path, clock, 5.0)  # down from 10 to 15: the next fire (20) is still ahead
+    assert life.ran == [] and life.missed == [] and life.keyed.stats().missed == 0
+    life.advance(5)
+    assert life.ran == [("k", 20.0)]
+    life.keyed.close()
+
+
+def test_a_disabled_key_stays_disabled_and_a_keys_own_next_run_is_used(
+    path: Path, clock: ManualClock
+) -> None:
+    def next_run(now: datetime, key: Any, data: Any) -> datetime | None:
+        return None if data["off"] else now + timedelta(seconds=data["every"])
+
+    life = Life(path, clock, next_run=next_run, reschedule=Reschedule.NONE)
+    life.keyed.start()
+    life.keyed.upsert("off", {"off": True})
+    life.keyed.upsert("once", {"off": False, "every": 10})
+    life.advance(10)  # "once" runs, then is DISABLED (Reschedule.NONE)
+    life.keyed.close()
+    down(clock, 1000)
+    again = Life(path, clock, next_run=next_run, reschedule=Reschedule.NONE)
+    again.keyed.start()
+    again.sched.run_pending()
+    assert again.ran == [] and again.missed == []
+    assert {k: i.state for k, i in again.keyed.snapshot().items()} == {
+        "off": KeyState.DISABLED,
+        "once": KeyState.DISABLED,
+    }
+    again.keyed.close()
+
+
+# -- recovery of a run the process died in -----------------------------------------------------------
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from datetime import timedelta
+    from timerwheel import KeyedScheduler, ThreadedScheduler, SQLiteStore
+
+    path, marker = sys.argv[1], sys.argv[2]
+
+    def run(key, data):
+        with open(marker, "w") as f:
+            f.write("started")
+        time.sleep(60)  # the parent kills us here
+
+    sched = ThreadedScheduler(workers=1)
+    keyed = KeyedScheduler(sched, lambda now, key, data: now + timedelta(seconds=0.05), run,
+                           store=SQLiteStore(path))
+    keyed.start()
+    keyed.upsert("job", {"n": 1})
+    time.sleep(60)
+    """
+)
+
+
+def killed_mid_run(path: Path, tmp_path: Path) -> None:
+    """A child process whose run of key "job" is going when it is SIGKILLed."""
+    marker = tmp_path / "started"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(marker)])
+    try:
+        deadline = time.monotonic() + GENEROUS
+        while not marker.exists():  # waits for the child's run to start (a condition, not a duration)
+            assert time.monotonic() < deadline and child.poll() is None, "the child did not start its run"
+            time.sleep(0.01)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+
+
+@pytest.mark.realtime  # real processes: the child's clocks are real, and it runs its key 50 ms after start
+def test_recover_rerun_runs_an_interrupted_fire_again(path: Path, tmp_path: Path) -> None:
+    killed_mid_run(path, tmp_path)
+    runs: list[tuple[float, float]] = []
+
+    def run(ctx: Any, key: Any, data: Any) -> None:
+        runs.append((ctx.scheduled_for, time.time()))
+
+    with ThreadedScheduler() as sched:
+        keyed = KeyedScheduler(
+            sched, lambda now, key, data: now + timedelta(hours=1), run, context=True, store=SQLiteStore(path)
+        )
+        assert keyed.get("job").state is KeyState.RUNNING  # type: ignore[union-attr]  # as it was at the kill
+        keyed.start()
+        wait_until_idle(sched)
+        assert len(runs) == 1 and keyed.stats().recovered == 1
+        info = keyed.get("job")
+        assert info is not None and info.state is KeyState.PENDING and not info.running
+        keyed.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT attempts, finished_at IS NOT NULL FROM timerwheel_fires").fetchall() == [(2, 1)]
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+
+
+@pytest.mark.realtime  # as above
+def test_recover_skip_records_an_interrupted_fire_as_failed(path: Path, tmp_path: Path) -> None:
+    killed_mid_run(path, tmp_path)
+    runs: list[Any] = []
+    with ThreadedScheduler() as sched:
+        keyed = KeyedScheduler(
+            sched,
+            lambda now, key, data: now + timedelta(hours=1),
+            lambda key, data: runs.append(key),
+            store=SQLiteStore(path),
+            recover=Recover.SKIP,
+        )
+        keyed.start()
+        wait_until_idle(sched)
+        info = keyed.get("job")
+        assert runs == [] and keyed.stats().abandoned == 1
+        assert info is not None and info.state is KeyState.PENDING
+        assert (
+            info.last_error is not None
+            and "was interrupted" in info.last_error
+            and "Recover.SKIP" in info.last_error
+        )
+        keyed.close()
+    db = sqlite3.connect(path)
+    ((error,),) = db.execute("SELECT error FROM timerwheel_fires WHERE finished_at IS NOT NULL").fetchall()
+    assert "interrupted" in error
+    db.close()
+
+
+# -- ownership -------------------------------------------------------------------------------------------
+
+
+def test_one_owner_per_file(path: Path, clock: ManualClock) -> None:
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError, match=f"{path.name}.* owned by another store.*PostgresStore"):
+        SQLiteStore(path)
+    other = subprocess.run(
+        [sys.executable, "-c", f"from timerwheel import SQLiteStore; SQLiteStore({str(path)!r})"],
+        capture_output=True,
+        text=True,
+        timeout=GENEROUS,
+    )
+    assert other.returncode != 0 and "owned by another store" in other.stderr
+    keyed = KeyedScheduler(Scheduler(clock), every, print, store=store)
+    with pytest.raises(ValueError, match="in use by another KeyedScheduler"):
+        KeyedScheduler(Scheduler(clock), every, print, store=store)
+    keyed.close()
+    SQLiteStore(path).close()  # released
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+
+
+def test_bad_data_and_keys_are_refused_and_nothing_is_stored(path: Path, clock: ManualClock) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    for call, error, words in [
+        (
+            lambda: life.keyed.upsert("b", {"every": 10, "when": datetime.now()}),
+            TypeError,
+            "data must be JSON",
+        ),
+        (lambda: life.keyed.upsert("a", {"every": float("nan")}), TypeError, "data must be JSON"),
+        (lambda: life.keyed.upsert(("a", 1), {"every": 10}), TypeError, "key must be a str or an int"),
+        (lambda: life.keyed.upsert(True, {"every": 10}), TypeError, "key must be a str or an int"),
+        (lambda: life.keyed.upsert(1.5, {"every": 10}), TypeError, "key must be a str or an int"),
+        (lambda: life.keyed.replace_all({"a": {"every": 1}, "b": {1, 2}}), TypeError, "data must be JSON"),
+        (lambda: life.keyed.replace_all({"a": {"every": 1}, (1,): {}}), TypeError, "key must be a str"),
+    ]:
+        with pytest.raises(error, match=words):
+            call()
+    snap = life.keyed.snapshot()
+    assert set(snap) == {"a"} and snap["a"].data == {"every": 10} and snap["a"].generation == 1
+    life.keyed.close()
+    again = Life(path, clock)
+    snap = again.keyed.snapshot()
+    assert set(snap) == {"a"} and snap["a"].data == {"every": 10} and snap["a"].generation == 1
+    again.keyed.close()
+
+
+def test_paths_that_are_not_stores(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="cannot open"):
+        SQLiteStore(tmp_path / "no-such-dir" / "keys.db")
+    with pytest.raises(StoreError, match="cannot open"):
+        SQLiteStore(tmp_path)  # a directory
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not a database, not at all" * 100)
+    with pytest.raises(StoreError, match="not a usable SQLite database"):
+        SQLiteStore(junk)
+    assert junk.read_bytes().startswith(b"this is not")  # left as it was
+    other = tmp_path / "other.db"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '99')")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        SQLiteStore(other)
+    with pytest.raises(TypeError, match=r"path must be a str or os\.PathLike"):
+        SQLiteStore(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="synchronous must be"):
+        SQLiteStore(tmp_path / "x.db", synchronous="OFF")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"catch_up": "once"}, TypeError, "catch_up must be a CatchUp"),
+        ({"recover": None}, TypeError, "recover must be a Recover"),
+        ({"max_catch_up": -1}, ValueError, "max_catch_up must be >= 0"),
+        ({"max_catch_up": 2.0}, TypeError, "max_catch_up must be an int"),
+        ({"misfire_grace": -1}, ValueError, "misfire_grace must be >= 0"),
+        ({"misfire_grace": "1"}, TypeError, "misfire_grace must be a real number"),
+        ({"on_missed": 3}, TypeError, "on_missed must be callable"),
+        ({"store": "keys.db"}, TypeError, "store must be a MemoryStore, a SQLiteStore"),
+    ],
+)
+def test_bad_durability_arguments(kwargs: dict[str, Any], error: type[Exception], words: str) -> None:
+    with pytest.raises(error, match=words):
+        KeyedScheduler(Scheduler(ManualClock()), every, print, **kwargs)
+
+
+def test_the_memory_store_is_todays_behaviour(clock: ManualClock) -> None:
+    keyed = KeyedScheduler(Scheduler(clock), every, print, store=MemoryStore())
+    keyed.start()
+    keyed.upsert(("a", "tuple", "key"), object())  # anything hashable, any data: nothing is stored
+    assert len(keyed) == 1
+    keyed.close()
+
+
+# -- a crash at any instant: real processes, SIGKILL -----------------------------------------------------
+
+CRASH_CHILD = Path(__file__).with_name("_crash_child.py")
+
+
+@pytest.mark.realtime  # real processes and clocks: the kills land at random instants of a busy child
+def test_sigkill_at_random_instants_loses_nothing_and_runs_each_fire_once(tmp_path: Path) -> None:
+    import random
+
+    path = tmp_path / "crash.db"
+    journal = tmp_path / "journal"
+    rnd = random.Random(20261201)
+    kills: list[tuple[float, float]] = []  # (killed at, restarted at): wall clock
+    for life in range(21):
+        errors = (tmp_path / f"stderr{life}").open("w")
+        child = subprocess.Popen(
+            [sys.executable, str(CRASH_CHILD), str(path), str(journal), str(life)], stderr=errors
+        )
+        errors.close()
+        started = time.time()
+        ready = journal.with_suffix(f".ready{life}")
+        deadline = time.monotonic() + GENEROUS
+        while not ready.exists():  # the child has opened the store and started (a condition)
+            assert child.poll() is None, (tmp_path / f"stderr{life}").read_text()
+            assert time.monotonic() < deadline, "the child did not start"
+            time.sleep(0.01)
+        if life == 20:
+            child.send_signal(signal.SIGTERM)  # the last one closes cleanly
+            child.wait(GENEROUS)
+            break
+        time.sleep(rnd.uniform(0.3, 1.2))  # let it run, then kill it at a random instant
+        child.send_signal(signal.SIGKILL)
+        child.wait(GENEROUS)
+        kills.append((time.time(), started))
+        db = sqlite3.connect(path)
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        db.close()
+    check_journal(journal, path)
+
+
+def check_journal(journal: Path, path: Path) -> None:
+    """Every committed upsert survived; every (key, scheduled_for) ran once, a second time only as the
+    rerun of a fire that had started in a killed process; at most one catch-up run per key and restart."""
+    starts: dict[tuple[str, int], list[int]] = {}  # (key, scheduled_us) -> the lives it started in
+    begun: dict[int, float] = {}  # life -> wall time before its start()
+    committed: dict[str, str] = {}  # key -> data of its last upsert that returned
+    pending: dict[str, str] = {}  # key -> data of an upsert made after that one, not known to return
+    for line in journal.read_text().splitlines():
+        kind, *rest = line.split()
+        if kind == "B":
+            begun[int(rest[0])] = float(rest[1])
+        elif kind == "S":
+            starts.setdefault((rest[0], int(rest[1])), []).append(int(rest[2]))
+        elif kind == "u":
+            pending[rest[0]] = rest[1]
+        elif kind == "U":
+            committed[rest[0]] = rest[1]
+            pending.pop(rest[0], None)
+    assert len(starts) > 1000, "too little ran"
+    db = sqlite3.connect(path)
+    stored = {json.loads(k): d for k, d in db.execute("SELECT key, data FROM timerwheel_keys")}
+    db.close()
+    assert len(stored) == 1000
+    for key, data in committed.items():  # no committed upsert lost (a later one may have committed too)
+        assert stored[key] in (data, pending.get(key)), (key, stored[key], data)
+    for (key, at), lives in starts.items():
+        assert len(lives) == 1 or (len(lives) == 2 and lives[1] > lives[0]), (
+            key,
+            at,
+            lives,
+        )  # once, or a rerun
+    catch_ups: dict[tuple[str, int], int] = {}
+    for (key, at), lives in starts.items():
+        life = lives[0]
+        if life > 0 and at / 1_000_000 < begun[life]:  # due before this life started: a catch-up run
+            catch_ups[(key, life)] = catch_ups.get((key, life), 0) + 1
+    assert max(catch_ups.values(), default=0) <= 1, {k: n for k, n in catch_ups.items() if n > 1}
