@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from timerwheel import AsyncScheduler, Cron, HeapScheduler, RepeatMode, Scheduler, ThreadedScheduler
+from timerwheel import (
+    AsyncScheduler,
+    Backpressure,
+    Cron,
+    HeapScheduler,
+    RepeatMode,
+    Scheduler,
+    ThreadedScheduler,
+)
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
 
 from .conftest import BACKENDS
@@ -456,3 +464,92 @@ def test_schedule_wall_takes_datetimes_and_refuses_naive_ones() -> None:
     clock.advance(30)
     s.run_pending()
     assert ran == [-1.0, utc(2025, 6, 1, 12, 0, 30).timestamp()]
+
+
+# -- found by the review of issue 14 -------------------------------------------------------------------
+
+
+def test_reschedule_wall_of_an_interval_task_then_a_wall_step(make: Callable[..., Any]) -> None:
+    """reschedule_wall() made an interval task a calendar task for good, and the next wall step moved it
+    back to its old (past) wall time: it ran at 15, its due being 110."""
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    s = make(clock)
+    ran: list[float] = []
+    tid = s.schedule(100.0, lambda: ran.append(clock()), 100.0)
+    assert s.reschedule_wall(tid, 1_000_010.0)  # the next run at wall +10, then every 100 s
+    clock.advance(10)
+    s.run_pending()
+    assert ran == [10.0] and s.next_fire_time(tid) == 110.0
+    clock.advance(5)
+    clock.set_wall(clock.wall() + 0.5)  # a step: interval tasks do not move
+    s.run_pending()
+    assert ran == [10.0] and s.next_fire_time(tid) == 110.0 and s.calendar == 0
+
+
+def test_a_wall_timer_in_no_calendar_group_still_fires(make: Callable[..., Any]) -> None:
+    from timerwheel._scheduler import WallTimer
+
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    s = make(clock)
+    fired: list[float] = []
+
+    class Recorded(WallTimer):
+        __slots__ = ()
+
+        def fire(self) -> None:
+            fired.append(clock.wall())
+
+    s.add_wall_timer(Recorded(), 1_000_010.0)
+    clock.advance(10)
+    s.run_pending()
+    assert fired == [1_000_010.0]
+
+
+def test_wall_tasks_that_end_leave_the_calendar(make: Callable[..., Any]) -> None:
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    s = make(clock)
+    if not isinstance(s, HeapScheduler):  # (the heap holds any finite time)
+        with pytest.raises(OverflowError, match="when is too far ahead"):
+            s.schedule_wall(1e300, print)
+        assert s.calendar == 0 and s.stats().pending == 0 and s.errors == []
+    s.schedule_wall(1_000_001.0, print)
+    clock.advance(1)
+    s.run_pending()
+    assert s.calendar == 0
+
+
+def test_a_dropped_wall_one_shot_leaves_the_calendar() -> None:
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    import threading
+
+    gate = threading.Event()
+    with ThreadedScheduler(clock=clock, workers=1, queue_size=1, backpressure=Backpressure.DROP) as s:
+        s.schedule(0, lambda: gate.wait(10))
+        s.schedule(0, print)  # waits in the queue
+        wall_task = s.schedule_wall(1_000_000.0, print)  # dropped: no room
+        for _ in range(1000):
+            if s.stats().dropped:
+                break
+            threading.Event().wait(0.001)  # (a condition a worker makes true: polled, bounded)
+        try:
+            assert s.stats().dropped == 1 and s._engine.calendar == 0 and not s.cancel(wall_task)
+        finally:
+            gate.set()
+
+
+def test_bad_time_zones_and_datetimes_are_named() -> None:
+    from datetime import tzinfo
+
+    class BadTz(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> timedelta:
+            raise RuntimeError("no offset")
+
+        def dst(self, dt: datetime | None) -> timedelta:
+            return timedelta(0)
+
+    with pytest.raises(ValueError, match=r"tz: .* gives no UTC offset"):
+        Cron("* * * * *", BadTz())
+    s = Scheduler(ManualClock(0.0, wall=1_000_000.0))
+    with pytest.raises(ValueError, match="when: its tzinfo gives no UTC offset"):
+        s.schedule_wall(datetime(2025, 1, 1, tzinfo=BadTz()), print)
+    assert s.stats().pending == 0

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from timerwheel import (
     AsyncScheduler,
+    Backpressure,
     Cron,
     JobContext,
     JobEvent,
@@ -158,7 +160,8 @@ def log_runs(d: Driver, log: list[Any]) -> Callable[[Any, Any], None]:
         ({"next_run": 3}, TypeError, "next_run must be callable"),
         ({"run": None}, TypeError, "run must be callable"),
         ({"reschedule": "after_finish"}, TypeError, "reschedule must be a Reschedule"),
-        ({"run_timeout": -1}, ValueError, "run_timeout must be >= 0"),
+        ({"run_timeout": -1}, ValueError, "run_timeout must be > 0"),
+        ({"run_timeout": 0}, ValueError, "run_timeout must be > 0"),
         ({"run_timeout": "1"}, TypeError, "run_timeout must be a real number"),
         ({"context": 1}, TypeError, "context must be a bool"),
         ({"on_finish": 3}, TypeError, "on_finish must be callable or None"),
@@ -516,3 +519,281 @@ def test_a_cron_as_next_run_and_the_wall_clock() -> None:
     clock.set_wall(clock.wall() + 86400)  # the machine slept a day: the next point is due at once
     sched.run_pending()
     assert ran == ["2025-03-30T01:00:00+00:00", "2025-03-31T01:00:00+00:00"]
+
+
+# -- found by the review of issue 14 -----------------------------------------------------------------------
+
+
+def test_a_next_run_that_does_not_advance_makes_the_key_invalid(d: Driver) -> None:
+    """A one-off job at a fixed past datetime used to re-run without end (run_pending never returned, the
+    loop froze, threads spun): a past time runs once, and a next_run after the run that is not after the
+    fire it follows makes the key INVALID, saying why."""
+    past = datetime(2020, 1, 1, tzinfo=UTC)
+    runs: list[float] = []
+    k = d.keyed(lambda now, key, data: past, log_runs(d, runs))
+    k.start()
+    k.upsert("once")
+    d.advance(0)
+    d.advance(1)
+    assert len(runs) == 1
+    info = k.get("once")
+    assert info is not None and info.state is KeyState.INVALID and info.next_run_at is None
+    assert "not after the fire it follows" in (info.last_error or "")
+
+
+def test_a_run_dropped_by_backpressure_does_not_lose_its_key() -> None:
+    """Found in review: with DROP, the dropped key stayed PENDING with no timer, and never ran again."""
+    clock = ManualClock(100.0, wall=T0)
+    gate = threading.Event()
+    runs: list[str] = []
+
+    def run(key: str, data: Any) -> None:
+        runs.append(key)
+        if key == "blocker":
+            assert gate.wait(GENEROUS)
+
+    with ThreadedScheduler(clock=clock, workers=1, queue_size=1, backpressure=Backpressure.DROP) as sched:
+        k = KeyedScheduler(sched, every(10), run)
+        k.start()
+        for key in ("blocker", "queued", "victim"):
+            k.upsert(key)
+        clock.advance(10)
+        _wait_for(lambda: sched.stats().dropped == 1)
+        info = k.get("victim")
+        assert info is not None and info.state is KeyState.PENDING and info.next_run_at == dt(T0 + 20)
+        assert info.last_error is not None and "dropped" in info.last_error
+        gate.set()
+        wait_until_idle(sched)
+        clock.advance(10)
+        wait_until_idle(sched)
+        assert runs.count("victim") == 1 and sched.timers == 3
+        k.close()
+
+
+def _wait_for(predicate: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + GENEROUS
+    while not predicate():  # a condition that a worker thread makes true (not a duration)
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.001)
+
+
+def dt(t: float) -> datetime:
+    return datetime.fromtimestamp(t, UTC)
+
+
+def test_close_from_a_callback_of_the_run_does_not_wait_for_itself() -> None:
+    clock = ManualClock(100.0, wall=T0)
+    sched = Scheduler(clock)
+    k: list[KeyedScheduler] = []
+
+    def on_state(key: Any, old: KeyState, new: KeyState) -> None:
+        if new is KeyState.RUNNING:
+            k[0].close()
+
+    ran: list[str] = []
+    k.append(
+        KeyedScheduler(
+            sched,
+            every(0),
+            lambda key, data: ran.append(key),
+            wait_running_on_close=True,
+            on_state_change=on_state,
+        )
+    )
+    k[0].start()
+    k[0].upsert("a")
+    done = threading.Event()
+    threading.Thread(target=lambda: (sched.run_pending(), done.set()), daemon=True).start()
+    assert done.wait(GENEROUS), "close() from on_state_change waited for its own run"
+    assert ran == []  # closed before the run started: it did not start
+    assert k[0].get("a").state is KeyState.DISABLED  # type: ignore[union-attr]
+
+
+def test_aclose_from_a_coroutine_run_does_not_wait_for_itself() -> None:
+    loop = VirtualTimeLoop(100.0, wall=T0)
+    closed: list[bool] = []
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            keyed: list[KeyedScheduler] = []
+
+            async def run(key: str, data: Any) -> None:
+                await keyed[0].aclose()
+                closed.append(True)
+
+            keyed.append(KeyedScheduler(sched, every(1), run, wait_running_on_close=True))
+            keyed[0].start()
+            keyed[0].upsert("a")
+            await asyncio.wait_for(asyncio.sleep(5), GENEROUS)
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert closed == [True]
+
+
+def test_close_unregisters_the_keys_from_the_engine() -> None:
+    sched = Scheduler(ManualClock(0.0, wall=T0))
+    for _ in range(3):
+        k = KeyedScheduler(sched, every(10), print)
+        k.start()
+        for i in range(10):
+            k.upsert(i)
+        k.close()
+    assert sched.calendar == 0 and sched.timers == 0
+
+
+def test_remove_or_upsert_from_on_state_change_supersedes_the_run(d: Driver) -> None:
+    """Found in review: remove() from on_state_change(RUNNING) returned True, then the run started."""
+    runs: list[Any] = []
+    removed: list[bool] = []
+    keyed: list[KeyedScheduler] = []
+
+    def on_state(key: Any, old: KeyState, new: KeyState) -> None:
+        if new is KeyState.RUNNING and key == "gone":
+            removed.append(keyed[0].remove(key))
+        if new is KeyState.RUNNING and key == "new" and not removed[1:]:
+            removed.append(True)
+            keyed[0].upsert(key, "data of the new generation")
+
+    keyed.append(d.keyed(every(5), log_runs(d, runs), on_state_change=on_state))
+    keyed[0].start()
+    keyed[0].upsert("gone", "old")
+    d.advance(5)
+    assert removed == [True] and runs == [] and "gone" not in keyed[0]
+    keyed[0].upsert("new", "old")
+    d.advance(5)
+    assert runs == []  # superseded by the upsert before it started: the new generation runs next
+    d.advance(5)
+    assert len(runs) == 1
+
+
+def test_a_finalizer_that_upserts_the_same_key_leaves_one_timer() -> None:
+    import timerwheel._keyed as keyed_module
+
+    clock = ManualClock(0.0, wall=T0)
+    sched = Scheduler(clock)
+    k = KeyedScheduler(sched, every(10), print)
+    k.start()
+    real = keyed_module._Key
+    calls = [0]
+
+    class Finalizing(real):  # type: ignore[misc,valid-type]
+        __slots__ = ()
+
+        def __init__(self, *args: Any) -> None:
+            calls[0] += 1
+            if calls[0] == 1:
+                k.upsert("a", "from a finalizer")  # as a finalizer that this allocation ran would
+            super().__init__(*args)
+
+    keyed_module._Key = Finalizing  # type: ignore[misc]
+    try:
+        k.upsert("a", "outer")
+    finally:
+        keyed_module._Key = real  # type: ignore[misc]
+    assert sched.timers == 1 and len(k) == 1 and k.get("a").data == "outer"  # type: ignore[union-attr]
+    k.close()
+    assert sched.timers == 0
+
+
+def test_datetimes_at_the_ends_of_the_range_make_the_key_invalid() -> None:
+    from zoneinfo import ZoneInfo
+
+    k = KeyedScheduler(Scheduler(ManualClock(0.0, wall=T0)), lambda now, key, data: data, print)
+    k.start()
+    k.upsert("max", datetime.max.replace(tzinfo=ZoneInfo("America/New_York")))
+    k.upsert("min", datetime.min.replace(tzinfo=timezone(timedelta(hours=1))))
+    snap = k.snapshot()  # used to raise "year 10000 is out of range" for every key
+    assert snap["max"].state is KeyState.INVALID and "out of the range" in (snap["max"].last_error or "")
+    assert snap["min"].state is KeyState.INVALID
+    k.close()
+
+
+def test_after_finish_runs_never_overlap_across_generations() -> None:
+    """An upsert during a run armed the new generation at once, and with workers=2 its run began beside
+    the old one: now the new generation's fire waits for the old run to end."""
+    clock = ManualClock(100.0, wall=T0)
+    gate = threading.Event()
+    active, peak, ran = [0], [0], []
+    lock = threading.Lock()
+
+    def run(key: str, data: Any) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        if data == "old":
+            assert gate.wait(GENEROUS)
+        with lock:
+            active[0] -= 1
+            ran.append(data)
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        return now + timedelta(seconds=0 if data == "old" and not ran else 5)
+
+    with ThreadedScheduler(clock=clock, workers=2) as sched:
+        k = KeyedScheduler(sched, next_run, run)
+        k.start()
+        k.upsert("a", "old")
+        _wait_for(lambda: active[0] == 1)
+        k.upsert("a", "new")  # a new generation, due in 5 s
+        clock.advance(5)  # its fire comes while the old run goes: it waits
+        _wait_for(lambda: sched.stats().executed == 2)
+        assert peak[0] == 1 and ran == [] and k.get("a").running  # type: ignore[union-attr]
+        gate.set()  # the old run ends: the waiting fire runs now
+        _wait_for(lambda: ran == ["old", "new"])
+        wait_until_idle(sched)
+        assert peak[0] == 1
+        info = k.get("a")
+        assert info is not None and info.state is KeyState.PENDING and info.next_run_at == dt(T0 + 10)
+        k.close()
+
+
+def test_before_run_states_while_runs_overlap_and_when_next_run_ends_the_key() -> None:
+    clock = ManualClock(100.0, wall=T0)
+    gates = [threading.Event(), threading.Event()]
+    started = threading.Semaphore(0)
+    n = [0]
+
+    def run(key: str, data: Any) -> None:
+        i = n[0]
+        n[0] += 1
+        started.release()
+        assert gates[min(i, 1)].wait(GENEROUS)
+
+    with ThreadedScheduler(clock=clock, workers=2) as sched:
+        k = KeyedScheduler(sched, every(10), run, reschedule=Reschedule.BEFORE_RUN)
+        k.start()
+        k.upsert("a")
+        for _ in range(2):
+            clock.advance(10)
+            assert started.acquire(timeout=GENEROUS)
+        gates[0].set()
+        _wait_for(lambda: sched.stats().running == 1)
+        assert k.get("a").state is KeyState.RUNNING  # type: ignore[union-attr]  # the second still goes
+        gates[1].set()
+        wait_until_idle(sched)
+        assert k.get("a").state is KeyState.PENDING  # type: ignore[union-attr]
+        k.close()
+
+    clock = ManualClock(100.0, wall=T0)
+    sched2 = Scheduler(clock)
+    seen: list[tuple[KeyState, bool]] = []
+    calls = [0]
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime | None:
+        calls[0] += 1
+        return now if calls[0] == 1 else None  # the run's own plan ends the key
+
+    def look(key: str, data: Any) -> None:
+        info = k2.get(key)
+        assert info is not None
+        seen.append((info.state, info.running))
+
+    k2 = KeyedScheduler(sched2, next_run, look, reschedule=Reschedule.BEFORE_RUN)
+    k2.start()
+    k2.upsert("b")
+    sched2.run_pending()
+    assert seen == [(KeyState.RUNNING, True)]
+    assert k2.get("b").state is KeyState.DISABLED  # type: ignore[union-attr]

@@ -33,6 +33,12 @@ def _zone(tz: Any) -> tzinfo:
     if tz is None:
         return UTC
     if isinstance(tz, tzinfo):
+        try:
+            offset = datetime(2000, 1, 1, tzinfo=tz).utcoffset()
+        except Exception as exc:
+            raise ValueError(f"tz: {tz!r} gives no UTC offset ({exc!r})") from None
+        if offset is None:
+            raise ValueError(f"tz: {tz!r} gives no UTC offset (utcoffset() returned None)")
         return tz
     if not isinstance(tz, str):
         raise TypeError(f"tz must be an IANA time zone name or a tzinfo, not {type(tz).__name__}")

@@ -10,14 +10,16 @@ nothing of the newer one (on_finish still hears of it).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import inspect
 import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
@@ -129,6 +131,7 @@ class _Key(WallTimer):
         "data",
         "generation",
         "key",
+        "last_call",
         "last_error",
         "last_scheduled_for",
         "next_run_at",
@@ -152,6 +155,7 @@ class _Key(WallTimer):
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
         self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
+        self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
 
     def row(self, data: str, state: KeyState | None = None) -> StoredKey:
         """Its row for a durable store, with `data` its JSON (and another state, if given)."""
@@ -202,6 +206,9 @@ def _seconds(us: int | None) -> float | None:
 
 
 _ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact
+# The next runs a key may have: what a UTC datetime can show (KeyInfo.next_run_at), a day inside the limits.
+_MIN_POSIX = (datetime.min.replace(tzinfo=UTC) + timedelta(days=1)).timestamp()
+_MAX_POSIX = (datetime.max.replace(tzinfo=UTC) - timedelta(days=1)).timestamp()
 
 
 def _describe(error: BaseException) -> str:
@@ -295,8 +302,8 @@ class KeyedScheduler:
             boolean(flag, name)
         if run_timeout is not None:
             run_timeout = seconds(run_timeout, "run_timeout")
-            if run_timeout < 0:
-                raise ValueError(f"run_timeout must be >= 0, got {run_timeout!r}")
+            if run_timeout <= 0:
+                raise ValueError(f"run_timeout must be > 0 (or None: no limit), got {run_timeout!r}")
         for name, callback in (
             ("on_state_change", on_state_change),
             ("on_finish", on_finish),
@@ -335,7 +342,9 @@ class KeyedScheduler:
         )
         self._job = self._run_async if coroutine else self._run_key
         # Every run gets a context (cancellation on remove and replace, the timeout), whatever `context`.
-        self._options = RunOptions(context=True, timeout=run_timeout or None, coroutine=coroutine)
+        self._options = RunOptions(
+            context=True, timeout=run_timeout, coroutine=coroutine, on_drop=self._dropped
+        )
         self._keys: dict[Hashable, _Key] = {}
         # One lock: a ThreadedScheduler's own (the engine is touched under it), else one of ours (a run
         # on a worker thread reports under it; callbacks may call back in).
@@ -360,6 +369,7 @@ class KeyedScheduler:
         )
         self._loaded: set[Hashable] = set()  # keys loaded from the store and not upserted since
         self._missed_summary = [0, 0]
+        self._group: Any = None  # the view of the keys given to the engine's add_calendar()
         self._unfinished: dict[Hashable, list[StoredFire]] = {}
         if self._durable:
             self._load()
@@ -390,7 +400,8 @@ class KeyedScheduler:
             self._engine = engine
             self._wall = engine._cal.clock
             self._started = True
-            engine.add_calendar(self._keys.values())  # a step of the wall clock moves the keys' timers
+            self._group = self._keys.values()
+            engine.add_calendar(self._group)  # a step of the wall clock moves the keys' timers
             wall_now = engine.wall()
             rows: list[StoredKey] = []
             self._missed_summary = [0, 0]  # keys, fires
@@ -436,7 +447,7 @@ class KeyedScheduler:
         import asyncio
 
         self._shut()
-        if self._wait_on_close:
+        if self._wait_on_close and not self._in_a_run():
             while any(rec.running for rec in self._keys.values()):
                 self._all_done = asyncio.Event()
                 await self._all_done.wait()
@@ -469,7 +480,7 @@ class KeyedScheduler:
                 rec.next_run_at = None
                 self._set_state(rec, KeyState.DISABLED)
             if self._engine is not None:
-                self._engine.remove_calendar(self._keys.values())
+                self._engine.remove_calendar(self._group)
 
     def _release_store(self) -> None:
         """Close the store once no run is going (a run still going releases it when it finishes, so that
@@ -495,7 +506,7 @@ class KeyedScheduler:
             self._sched._check_caller()  # an AsyncScheduler is touched on its loop's thread only
 
     def _in_a_run(self) -> bool:
-        return bool(getattr(_running, "depth", 0))
+        return bool(getattr(_running, "depth", 0)) or _in_async_run.get()
 
     # -- keys -----------------------------------------------------------------------------------------
 
@@ -525,10 +536,9 @@ class KeyedScheduler:
                 self._upsert(rec, key, data)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
-            if rec is None:
-                rec = self._keys[key] = _Key(self, key, data)
-            else:
-                rec.data = data
+            if rec is None:  # (setdefault: a finalizer that the allocation ran may have added the key)
+                rec = self._keys.setdefault(key, _Key(self, key, data))
+            rec.data = data
             rec.generation += 1
             try:
                 when = self._next_run(_from_posix(self._wall(), UTC), key, data)
@@ -536,9 +546,14 @@ class KeyedScheduler:
                 self._invalid(rec, exc)
                 return
             if type(when) is datetime and type(when.tzinfo) in _ALWAYS_AWARE:
-                at = when.timestamp()
+                try:
+                    at = when.timestamp()
+                except (OverflowError, ValueError):
+                    at = math.nan  # (out of range: _checked says so)
                 state = rec.state
-                if state is KeyState.PENDING:
+                if not _MIN_POSIX <= at <= _MAX_POSIX:
+                    pass
+                elif state is KeyState.PENDING:
                     if engine.move_wall_timer(rec, at):
                         rec.next_run_at = at
                         return
@@ -584,10 +599,10 @@ class KeyedScheduler:
                     )
                 )
                 if fresh:
-                    self._keys[key] = rec
+                    rec = self._keys.setdefault(key, rec)
                 self._loaded.discard(key)
             if rec is None:
-                rec = self._keys[key] = _Key(self, key, data)
+                rec = self._keys.setdefault(key, _Key(self, key, data))
             elif rec.running and self._cancel_on_replace and rec.contexts:
                 for ctx in rec.contexts:
                     ctx.cancelled.set()
@@ -729,7 +744,13 @@ class KeyedScheduler:
             return exc
         if offset is None:
             return ValueError(f"next_run must return an aware datetime, not the naive {when!r}")
-        return when.timestamp()
+        try:
+            at = when.timestamp()
+        except Exception as exc:  # a tzinfo that fails here only
+            return exc
+        if not _MIN_POSIX <= at <= _MAX_POSIX:
+            return ValueError(f"next_run returned {when!r}: out of the range of UTC datetimes")
+        return at
 
     def _encode(self, data: Any) -> str:
         """`data` as the JSON a durable store keeps; TypeError naming data if JSON cannot encode it."""
@@ -821,6 +842,10 @@ class KeyedScheduler:
         The fire is the head of the key's catch-up queue if it has one, else its next run."""
         engine = self._engine
         assert engine is not None
+        if rec.last_call == engine._calls:  # fired in this drain() call already (a next_run in the past):
+            engine.add_timer(rec, engine._latest + _AGAIN)  # the next pass runs it, never this one again
+            return
+        rec.last_call = engine._calls
         queue = rec.catch_up
         if queue:
             scheduled_for, rerun = queue.pop(0)
@@ -839,13 +864,18 @@ class KeyedScheduler:
         with self._lock:
             if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
                 return _STALE
+            if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
+                # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
+                # for its end, so that a key's runs never overlap (_end arms it again).
+                rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+                return _STALE
             wall_now = self._wall_now()
             at: float | None
             error: BaseException | None
             if rec.catch_up:  # more catch-up fires follow this one: the next is the next run
                 state, at, last_error, error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error, None
             elif self._reschedule is Reschedule.BEFORE_RUN:
-                result = self._evaluate(rec.key, rec.data, wall_now)
+                result = _advancing(self._evaluate(rec.key, rec.data, wall_now), scheduled_for)
                 state, at, last_error = self._outcome(rec, result)
                 error = result if isinstance(result, BaseException) else None
             else:
@@ -855,7 +885,7 @@ class KeyedScheduler:
                     rec.key,
                     self._encode(rec.data),
                     generation,
-                    (KeyState.RUNNING if state is KeyState.PENDING else state).value,
+                    (KeyState.RUNNING if state is not KeyState.INVALID else state).value,
                     _us(at),
                     _micro(scheduled_for),
                     last_error,
@@ -870,14 +900,20 @@ class KeyedScheduler:
             rec.last_scheduled_for = scheduled_for
             ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
             rec.running += 1
-            self._counts["started"] += 1
             if rec.contexts is None:
                 rec.contexts = [ctx]
             else:
                 rec.contexts.append(ctx)
             self._apply(rec, state, at, last_error, error)
-            if rec.state is KeyState.PENDING:
-                self._set_state(rec, KeyState.RUNNING)
+            current = not self._closed and rec.generation == generation and self._keys.get(rec.key) is rec
+            if current and rec.state is not KeyState.INVALID:
+                self._set_state(rec, KeyState.RUNNING)  # while a run goes (BEFORE_RUN: armed meanwhile)
+            if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+                # A callback just now (on_state_change, on_invalid) removed or replaced the key, or closed:
+                # the run is superseded before it started.
+                self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
+                return _STALE
+            self._counts["started"] += 1
             return rec.data
 
     def _retry(
@@ -907,6 +943,7 @@ class KeyedScheduler:
         ctx: JobContext,
         error: BaseException | None,
         scheduled_for: float,
+        started: bool = True,
     ) -> None:
         with self._lock:
             rec.running -= 1
@@ -916,9 +953,10 @@ class KeyedScheduler:
                     contexts.remove(ctx)
                 if not contexts:
                     rec.contexts = None
-            self._counts["finished"] += 1
-            if error is not None:
-                self._counts["failed"] += 1
+            if started:
+                self._counts["finished"] += 1
+                if error is not None:
+                    self._counts["failed"] += 1
             wall_now = self._wall_now()
             current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
             outcome: tuple[KeyState, float | None, str | None] | None = None
@@ -928,16 +966,24 @@ class KeyedScheduler:
                 if rec.catch_up:
                     outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
                 elif self._reschedule is Reschedule.AFTER_FINISH:
-                    result = self._evaluate(rec.key, rec.data, wall_now)
+                    result = _advancing(self._evaluate(rec.key, rec.data, wall_now), scheduled_for)
                     rec.last_error = last_error
                     outcome = self._outcome(rec, result)
                 elif self._reschedule is Reschedule.NONE:
                     outcome = (KeyState.DISABLED, None, last_error)
                 else:  # BEFORE_RUN: armed already, at its start
                     state = rec.state
-                    if state is KeyState.RUNNING:
+                    if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
                         state = KeyState.PENDING if rec.id is not None else KeyState.DISABLED
                     outcome = (state, rec.next_run_at, last_error)
+            elif (
+                rec.catch_up
+                and rec.id is None
+                and not rec.running
+                and not self._closed
+                and self._keys.get(rec.key) is rec
+            ):  # a fire of the newer generation waited for this run to end: now
+                outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
             if self._durable and self._store_open():
                 row = None
                 if outcome is not None:
@@ -952,12 +998,16 @@ class KeyedScheduler:
                     )
                 try:
                     self._store.finish_fire(
-                        row,
+                        row if current else None,
                         rec.key,
                         generation,
                         _micro(scheduled_for),
                         _micro(wall_now),
-                        None if error is None else _describe(error),
+                        _describe(error)
+                        if error is not None
+                        else None
+                        if started
+                        else "superseded before it started",
                     )
                 except Exception as exc:  # the fire stays unfinished: at the next start, `recover` decides
                     log_safely(
@@ -977,7 +1027,43 @@ class KeyedScheduler:
                 self._all_done.set()
             if self._closed:
                 self._release_store()
-        self._call(self._on_finish, rec.key, data, error)
+        if started:
+            self._call(self._on_finish, rec.key, data, error)
+
+    def _dropped(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> None:
+        """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
+        next run is planned afresh (the head of its catch-up queue, if it has one)."""
+        with self._lock:
+            if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+                return
+            if rec.id is not None:
+                return  # armed meanwhile (an upsert)
+            rec.last_error = f"Dropped: the run of {_iso(scheduled_for)} was dropped (backpressure)"
+            if rerun:  # an interrupted fire to run again: it stays first in line
+                rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+            result: Any = None
+            if rec.catch_up:
+                outcome: tuple[KeyState, float | None, str | None] = (
+                    KeyState.PENDING,
+                    rec.catch_up[0][0],
+                    rec.last_error,
+                )
+            else:
+                result = self._evaluate(rec.key, rec.data, self._wall_now())
+                outcome = self._outcome(rec, result)
+            if self._durable:
+                self._store.put(
+                    StoredKey(
+                        rec.key,
+                        self._encode(rec.data),
+                        generation,
+                        outcome[0].value,
+                        _us(outcome[1]),
+                        _us(rec.last_scheduled_for),
+                        outcome[2],
+                    )
+                )
+            self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
 
     def _store_open(self) -> bool:
         return getattr(self._store, "_owner", None) is self
@@ -985,11 +1071,16 @@ class KeyedScheduler:
     def _run_key(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
     ) -> None:
-        data = self._begin(ctx, rec, generation, scheduled_for, rerun)
+        _running.depth = getattr(_running, "depth", 0) + 1  # (a callback of _begin may close: not wait)
+        try:
+            data = self._begin(ctx, rec, generation, scheduled_for, rerun)
+        except BaseException:
+            _running.depth -= 1
+            raise
         if data is _STALE:
+            _running.depth -= 1
             return
         error: BaseException | None = None
-        _running.depth = getattr(_running, "depth", 0) + 1
         try:
             if self._context:
                 self._run(ctx, rec.key, data)
@@ -1005,6 +1096,7 @@ class KeyedScheduler:
     async def _run_async(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
     ) -> None:
+        _in_async_run.set(True)  # (this task's own context: aclose() from it does not wait for itself)
         data = self._begin(ctx, rec, generation, scheduled_for, rerun)
         if data is _STALE:
             return
@@ -1134,12 +1226,25 @@ class KeyedScheduler:
         )
 
 
+def _advancing(result: Any, scheduled_for: float) -> Any:
+    """What next_run gave after a run: a time at or before the fire that ran would run the key again at
+    once, without end (a one-off job that keeps its date): that is an error, which makes the key INVALID."""
+    if isinstance(result, float) and result <= scheduled_for:
+        return ValueError(
+            f"next_run returned {_iso(result)}, not after the fire it follows ({_iso(scheduled_for)}): the "
+            "key would run again at once, without end (return None to stop it)"
+        )
+    return result
+
+
 def _iso(t: float) -> str:
     return _from_posix(t, UTC).isoformat()
 
 
 _STALE = object()  # what _begin() returns for a run that was superseded
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
+_in_async_run: contextvars.ContextVar[bool] = contextvars.ContextVar("timerwheel_in_keyed_run", default=False)
+_AGAIN = 0.001  # seconds: a key that next_run puts in the past again runs at the next pass
 
 
 def _check_key(key: Any) -> None:

@@ -337,10 +337,15 @@ class Run:
         if not task.repeat and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
             task.live = False
             del engine._tasks[task.id]
+            if task.wall is not None:
+                engine._cal.tasks.discard(task)
         now = engine._reading(engine._latest)
         if task.mode is RepeatMode.FIXED_DELAY:
             engine._rearm_after(task, now)
         engine._reports.event(task.id, self.scheduled_for, now, now, dropped=True)
+        on_drop = task.options.on_drop
+        if on_drop is not None:
+            engine._reports._call(on_drop, task.args, "a dropped run's on_drop raised (%r)", on_drop)
 
     def forget(self) -> None:
         """Its task was cancelled while it waited: it will not start, and counts nowhere. Idempotent.
@@ -457,7 +462,10 @@ class WallTimer(Timer):
 
     def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:
-            wall_now = engine._cal.now
+            try:
+                wall_now = _clock_value(engine._cal.clock())  # (read afresh: it may be in no group)
+            except Exception:
+                wall_now = engine._cal.now
             if wall_now < self.wall:  # never before its wall time: wait the rest
                 self.id = None
                 engine._others -= 1
@@ -498,9 +506,13 @@ def _after(now: float, interval: float) -> float:
 def _posix(when: Any, name: str) -> float:
     """A wall-clock time as POSIX seconds: a number, or an aware datetime (a naive one is refused)."""
     if isinstance(when, datetime):
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ValueError(f"{name} must be an aware datetime, got the naive {when!r}")
-        return when.timestamp()
+        try:
+            offset = when.utcoffset()
+            if offset is not None:
+                return when.timestamp()
+        except Exception as exc:  # a tzinfo that fails
+            raise ValueError(f"{name}: its tzinfo gives no UTC offset ({exc!r})") from None
+        raise ValueError(f"{name} must be an aware datetime, got the naive {when!r}")
     return seconds(when, name)
 
 
@@ -943,6 +955,9 @@ class _Engine:
         interval = task.interval
         if interval is None:
             return
+        if task.wall is not None:  # an interval task moved to a wall time once: back on the monotonic grid
+            task.wall = None
+            self._cal.tasks.discard(task)
         due = scheduled_for + interval
         if not due > now:  # late: never replay the missed runs
             if task.missed is Missed.DELAY:
@@ -964,6 +979,7 @@ class _Engine:
             if task.live:
                 task.live = False
                 self._tasks.pop(task.id, None)
+                self._cal.tasks.discard(task)
                 self._reports.error(task.id, exc)
             return
         if not task.live:
@@ -984,6 +1000,9 @@ class _Engine:
         elif task.cron is not None:
             self._arm_cron(task, finished_at + self._cal.offset)
         elif task.interval is not None:
+            if task.wall is not None:  # (as in _rearm_on_grid)
+                task.wall = None
+                self._cal.tasks.discard(task)
             self._arm(task, _after(finished_at, task.interval))
 
     # -- calendar tasks: dues on the wall clock ---------------------------------------------------------
@@ -1038,8 +1057,9 @@ class _Engine:
         now = self.now()
         wall_now = self._cal.follow(now, self._store)
         task.wall = when
-        self._cal.tasks.add(task)
         self._arm(task, now if when <= wall_now else now + (when - wall_now))
+        if task.live:  # (not if the store could not hold its due: _arm ended it)
+            self._cal.tasks.add(task)
 
     def _arm_cron(self, task: _Task, after: float) -> None:
         """Arm a cron task at its first point after the wall time `after`; end it if there is none."""
@@ -1378,9 +1398,10 @@ class Scheduler(_Engine):
             ValueError: when is not finite, or a naive datetime. TypeError: as schedule().
         """
         wall = _posix(when, "when")
-        task_id = self._add(
-            self.now(), fn, None, args, kwargs, RepeatMode.FIXED_RATE, Missed.DELAY, options, "when"
-        )
+        now = self.now()
+        if not now + (wall - self._cal.follow(now, self._store)) < self._horizon:
+            raise OverflowError(f"when is too far ahead: {when!r} is past what the timer store can hold")
+        task_id = self._add(now, fn, None, args, kwargs, RepeatMode.FIXED_RATE, Missed.DELAY, options, "when")
         self._make_calendar(task_id, wall, None)
         return task_id
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
@@ -128,17 +129,22 @@ class RunOptions:
         timeout: seconds a run may take (None: no limit); past it, the run is reported as timed out and
             its context's `cancelled` is set.
         coroutine: the job is a coroutine function (AsyncScheduler runs each run as a task); drivers set it.
+        on_drop: called with the job's positional arguments when a run of it is dropped (backpressure, or
+            the scheduler closing), after the drop is counted; what it raises is logged. (KeyedScheduler
+            re-plans a key whose run was dropped with it.)
     """
 
     context: bool = False
     timeout: float | None = None
     coroutine: bool = False
+    on_drop: Callable[..., object] | None = None
 
     def __post_init__(self) -> None:
-        from ._validate import boolean, seconds
+        from ._validate import boolean, callable_or_none, seconds
 
         boolean(self.context, "context")
         boolean(self.coroutine, "coroutine")
+        callable_or_none(self.on_drop, "on_drop")
         if self.timeout is not None:
             timeout = seconds(self.timeout, "timeout")
             if timeout <= 0:
