@@ -407,8 +407,10 @@ class KeyedScheduler:
             self._missed_summary = [0, 0]  # keys, fires
             for rec in list(self._keys.values()):
                 if rec.key in self._loaded:
+                    before = (rec.state, rec.next_run_at, rec.last_error)
                     self._recover_and_catch_up(rec, wall_now)
-                    rows.append(rec.row(self._encode(rec.data)))
+                    if (rec.state, rec.next_run_at, rec.last_error) != before or rec.catch_up:
+                        rows.append(rec.row(self._encode(rec.data)))  # what start() changed, only
                 else:
                     self._plan(rec, wall_now)
             if self._missed_summary[0]:

@@ -57,8 +57,8 @@ class KeyStore(Protocol):
     durable: bool
     name: str
 
-    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
-        """Every stored key, and the fires started and never finished."""
+    def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
+        """Every stored key (an iterable, read once), and the fires started and never finished."""
         ...
 
     def put(self, row: StoredKey) -> None:
@@ -104,7 +104,7 @@ class MemoryStore:
     durable = False
     name = "memory"
 
-    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
+    def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Nothing is stored."""
         return [], []
 
@@ -272,25 +272,28 @@ class SQLiteStore:
             db.execute("COMMIT")
             return result
 
-    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
-        """Every stored key, and the fires started and never finished."""
+    def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
+        """Every stored key (rows read as they are consumed: 10**5 keys need no list of 10**5 rows), and
+        the fires started and never finished."""
         with self._lock:
-            db = self._conn()
-            keys = [
-                StoredKey(decode_key(k), d, g, s, n, last, e)
-                for k, d, g, s, n, last, e in db.execute(
-                    "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
-                    "FROM timerwheel_keys"
-                )
-            ]
             fires = [
                 StoredFire(decode_key(k), g, at, n)
-                for k, g, at, n in db.execute(
+                for k, g, at, n in self._conn().execute(
                     "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
                     "WHERE finished_at IS NULL ORDER BY key, scheduled_for"
                 )
             ]
-        return keys, fires
+        return self._keys(), fires
+
+    def _keys(self) -> Iterable[StoredKey]:
+        with self._lock:
+            cursor = self._conn().execute(
+                "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
+                "FROM timerwheel_keys"
+            )
+            while rows := cursor.fetchmany(1000):
+                for k, d, g, s, n, last, e in rows:
+                    yield StoredKey(decode_key(k), d, g, s, n, last, e)
 
     @staticmethod
     def _row(row: StoredKey) -> tuple[Any, ...]:
