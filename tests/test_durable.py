@@ -529,3 +529,23 @@ def check_journal(journal: Path, path: Path) -> None:
         if life > 0 and at / 1_000_000 < begun[life]:  # due before this life started: a catch-up run
             catch_ups[(key, life)] = catch_ups.get((key, life), 0) + 1
     assert max(catch_ups.values(), default=0) <= 1, {k: n for k, n in catch_ups.items() if n > 1}
+
+
+def test_with_a_durable_store_data_is_what_json_gives_back(path: Path, clock: ManualClock) -> None:
+    """The JSON is kept, not the object: run and next_run get a fresh decoded object each time (a tuple
+    is a list, a mutation does not stick), in this life as in the next."""
+    seen: list[Any] = []
+
+    def run(key: Any, data: Any) -> None:
+        seen.append(json.loads(json.dumps(data)))  # (a copy, as it came)
+        data["every"] = 999  # a mutation of the object given: not the key's data
+
+    life = Life(path, clock, run=run)
+    life.keyed.start()
+    original = {"every": 10, "pair": (1, 2)}
+    life.keyed.upsert("a", original)
+    original["every"] = 5  # the caller's object, changed after upsert: not the key's data either
+    life.advance(20)
+    assert seen == [{"every": 10, "pair": [1, 2]}, {"every": 10, "pair": [1, 2]}]
+    assert life.keyed.get("a").data == {"every": 10, "pair": [1, 2]}  # type: ignore[union-attr]
+    life.keyed.close()

@@ -179,7 +179,7 @@ class _Key(WallTimer):
             KeyInfo,
             (
                 self.key,
-                self.data,
+                _value(self.data),
                 self.state,
                 None if at is None else _from_posix(at, UTC),
                 self.running > 0,
@@ -190,6 +190,17 @@ class _Key(WallTimer):
 
 
 _from_posix = datetime.fromtimestamp
+
+
+class _Stored(str):
+    """A key's data as the JSON a durable store keeps: decoded at each use (what run, next_run and
+    KeyInfo get: a fresh object each time), and far smaller in memory than the object."""
+
+    __slots__ = ()
+
+
+def _value(data: Any) -> Any:
+    return json.loads(data) if type(data) is _Stored else data
 
 
 def _micro(t: float) -> int:
@@ -581,6 +592,7 @@ class KeyedScheduler:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
             self._check_caller()
+            encoded = ""
             if self._durable:
                 encode_key(key)
                 encoded = self._encode(data)
@@ -608,7 +620,7 @@ class KeyedScheduler:
             elif rec.running and self._cancel_on_replace and rec.contexts:
                 for ctx in rec.contexts:
                     ctx.cancelled.set()
-            rec.data = data
+            rec.data = _Stored(encoded) if self._durable else data
             rec.generation += 1
             if self._durable:
                 self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
@@ -660,7 +672,7 @@ class KeyedScheduler:
                         outcome[2],
                     )
                 )
-                plans.append((rec, fresh, data, outcome, result))
+                plans.append((rec, fresh, _Stored(encoded), outcome, result))
             self._store.replace(rows, removed)
             for key in removed:
                 self._forget(key)
@@ -756,6 +768,8 @@ class KeyedScheduler:
 
     def _encode(self, data: Any) -> str:
         """`data` as the JSON a durable store keeps; TypeError naming data if JSON cannot encode it."""
+        if type(data) is _Stored:
+            return data
         try:
             return json.dumps(data, allow_nan=False, separators=(",", ":"))
         except (TypeError, ValueError, RecursionError) as exc:
@@ -764,7 +778,7 @@ class KeyedScheduler:
     def _evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
         """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
         try:
-            when = self._next_run(_from_posix(wall_now, UTC), key, data)
+            when = self._next_run(_from_posix(wall_now, UTC), key, _value(data))
         except Exception as exc:
             return exc
         return self._checked(when)
@@ -801,7 +815,7 @@ class KeyedScheduler:
             engine.add_wall_timer(rec, at)
         self._set_state(rec, state)
         if error is not None:
-            self._call(self._on_invalid, rec.key, rec.data, error)
+            self._call(self._on_invalid, rec.key, _value(rec.data), error)
 
     def _plan(self, rec: _Key, wall_now: float) -> None:
         """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
@@ -916,7 +930,7 @@ class KeyedScheduler:
                 self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
                 return _STALE
             self._counts["started"] += 1
-            return rec.data
+            return _value(rec.data)
 
     def _retry(
         self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException, wall_now: float
@@ -1119,7 +1133,7 @@ class KeyedScheduler:
         """Take the stored keys into memory (not armed: start() decides), and the unfinished fires."""
         rows, fires = self._store.load()
         for row in rows:
-            rec = _Key(self, row.key, json.loads(row.data))
+            rec = _Key(self, row.key, _Stored(row.data))
             rec.generation = row.generation
             rec.state = KeyState(row.state)
             rec.next_run_at = _seconds(row.next_run_at)
@@ -1221,7 +1235,7 @@ class KeyedScheduler:
         self._call(
             self._on_missed,
             rec.key,
-            rec.data,
+            _value(rec.data),
             count,
             _from_posix(skipped[0], UTC),
             _from_posix(skipped[-1], UTC),
