@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
 from types import ModuleType
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -37,3 +39,29 @@ def core(request: pytest.FixtureRequest) -> ModuleType:
         # on the latter, so this cannot hide a missing extension.
         pytest.skip("the Cython backend is disabled (TIMERWHEEL_NO_EXTENSIONS) or not built")
     return module
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server for the session (tests/_pg.py), started on first use; the test skips,
+    saying so, where no server binary exists."""
+    from . import _pg
+
+    if _pg.bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    server = _pg.Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_dsn(pg_server: Any) -> str:
+    """A fresh database of the session's PostgreSQL server."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return f"host=127.0.0.1 port={pg_server.port} user=postgres dbname={name}"

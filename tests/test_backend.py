@@ -60,6 +60,7 @@ PUBLIC = [
     "KeyedScheduler",
     "KeyedStats",
     "MemoryStore",
+    "PostgresStore",
     "Missed",
     "NotStartedError",
     "Recover",

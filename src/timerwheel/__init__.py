@@ -13,6 +13,7 @@ from ._core import BACKEND, TimerWheel
 from ._cron import Cron
 from ._heap import HeapScheduler
 from ._keyed import CatchUp, KeyedScheduler, KeyedStats, KeyInfo, KeyState, Recover, Reschedule
+from ._postgres import PostgresStore
 from ._scheduler import JobContext, Scheduler
 from ._store import MemoryStore, SQLiteStore, StoreError
 from ._threaded import ThreadedScheduler
@@ -69,6 +70,7 @@ __all__ = [
     "MemoryStore",
     "Missed",
     "NotStartedError",
+    "PostgresStore",
     "Recover",
     "RepeatMode",
     "Reschedule",

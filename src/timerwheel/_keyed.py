@@ -10,6 +10,7 @@ nothing of the newer one (on_finish still hears of it).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import enum
@@ -24,7 +25,7 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from ._scheduler import JobContext, Scheduler, WallTimer, log_safely
-from ._store import KeyStore, MemoryStore, StoredFire, StoredKey, encode_key
+from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
 from ._types import RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds
 
@@ -326,6 +327,13 @@ class KeyedScheduler:
             store = MemoryStore()
         elif not all(callable(getattr(store, m, None)) for m in ("load", "put", "start_fire", "close")):
             raise TypeError(f"store must be a MemoryStore, a SQLiteStore or a PostgresStore, not {store!r}")
+        elif getattr(store, "shared", False) and not isinstance(
+            scheduler, (ThreadedScheduler, AsyncScheduler)
+        ):
+            raise TypeError(
+                "store: a shared store (PostgresStore) needs a ThreadedScheduler or an AsyncScheduler (its "
+                f"threads hand the keys they claim over to the scheduler), not a {type(scheduler).__name__}"
+            )
         member(catch_up, CatchUp, "catch_up")
         member(recover, Recover, "recover")
         count(max_catch_up, "max_catch_up", 0)
@@ -370,6 +378,9 @@ class KeyedScheduler:
         self._all_done: Any = None  # aclose() waits on it (an asyncio.Event) for the running runs
         self._store = store
         self._durable = bool(store.durable)
+        self._shared = bool(getattr(store, "shared", False))
+        self._stamps: dict[Hashable, int] = {}  # shared: when each key was taken here (see _shared_*)
+        self._stamp = 0
         self._catch_up = catch_up
         self._max_catch_up = max_catch_up
         self._grace = misfire_grace
@@ -382,6 +393,7 @@ class KeyedScheduler:
         self._missed_summary = [0, 0]
         self._group: Any = None  # the view of the keys given to the engine's add_calendar()
         self._unfinished: dict[Hashable, list[StoredFire]] = {}
+        self._unrecorded: list[FinishedFire] = []  # ends of runs the store failed to record, to retry
         if self._durable:
             self._load()
             store._owner = self  # type: ignore[attr-defined]
@@ -408,37 +420,25 @@ class KeyedScheduler:
                 self._owns_scheduler = True
             self._check_caller()
             engine = self._sched if isinstance(self._sched, Scheduler) else self._sched._engine
+            wall_now = engine.wall()
+            # The stored keys' plans are decided, then written in one transaction, before anything is
+            # armed or any callback runs: a store that fails leaves the KeyedScheduler as it was (start()
+            # may be called again); a callback that changes keys meanwhile is not undone.
+            plans = self._decide_all(
+                [rec for rec in self._keys.values() if rec.key in self._loaded], wall_now
+            )
             self._engine = engine
             self._wall = engine._cal.clock
             self._started = True
             self._group = self._keys.values()
             engine.add_calendar(self._group)  # a step of the wall clock moves the keys' timers
-            wall_now = engine.wall()
-            rows: list[StoredKey] = []
-            self._missed_summary = [0, 0]  # keys, fires
             for rec in list(self._keys.values()):
-                if rec.key in self._loaded:
-                    before = (rec.state, rec.next_run_at, rec.last_error)
-                    self._recover_and_catch_up(rec, wall_now)
-                    if (rec.state, rec.next_run_at, rec.last_error) != before or rec.catch_up:
-                        rows.append(rec.row(self._encode(rec.data)))  # what start() changed, only
-                else:
+                if rec.key not in self._loaded:
                     self._plan(rec, wall_now)
-            if self._missed_summary[0]:
-                logger.warning(
-                    "timerwheel: %d key(s) of the %s missed %d fire(s) while the process was down, not run "
-                    "(catch_up=%s, max_catch_up=%d, misfire_grace=%r): see on_missed and stats()",
-                    self._missed_summary[0],
-                    self._store.name,
-                    self._missed_summary[1],
-                    self._catch_up.name,
-                    self._max_catch_up,
-                    self._grace,
-                )
-            if rows:
-                self._store.replace(rows, ())  # what start() decided, in one transaction
             self._loaded.clear()
-            self._unfinished.clear()
+            self._apply_all(plans)
+            if self._shared:
+                self._store.attach(self)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Close: every key becomes DISABLED (next_run_at None), their timers are taken back; with
@@ -500,6 +500,8 @@ class KeyedScheduler:
         its finish is recorded); closing the KeyedScheduler never writes DISABLED into the store."""
         with self._lock:
             if self._closed and not any(rec.running for rec in self._keys.values()):
+                if self._store_open():
+                    self._record_unrecorded()
                 self._store.close()
                 if getattr(self._store, "_owner", None) is self:
                     self._store._owner = None
@@ -553,6 +555,7 @@ class KeyedScheduler:
                 rec = self._keys.setdefault(key, _Key(self, key, data))
             rec.data = data
             rec.generation += 1
+            rec.catch_up = None
             try:
                 when = self._next_run(_from_posix(self._wall(), UTC), key, data)
             except Exception as exc:
@@ -596,12 +599,15 @@ class KeyedScheduler:
             if self._durable:
                 encode_key(key)
                 encoded = self._encode(data)
+                # next_run sees what JSON gives back (as in every later life); it is user code, and may
+                # have changed the key: the record is looked up after it.
+                result = self._evaluate(key, _Stored(encoded), self._wall_now())
+                rec = self._keys.get(key)
                 fresh = rec is None
                 if rec is None:
                     rec = _Key(self, key, data)
-                result = self._evaluate(key, data, self._wall_now())
                 state, at, last_error = self._outcome(rec, result)
-                self._store.put(
+                generation = self._store.put(
                     StoredKey(
                         key,
                         encoded,
@@ -615,6 +621,9 @@ class KeyedScheduler:
                 if fresh:
                     rec = self._keys.setdefault(key, rec)
                 self._loaded.discard(key)
+                if self._shared:
+                    self._taken(key)
+                    rec.generation = generation - 1  # (one above any other process's: the store says)
             if rec is None:
                 rec = self._keys.setdefault(key, _Key(self, key, data))
             elif rec.running and self._cancel_on_replace and rec.contexts:
@@ -622,6 +631,7 @@ class KeyedScheduler:
                     ctx.cancelled.set()
             rec.data = _Stored(encoded) if self._durable else data
             rec.generation += 1
+            rec.catch_up = None  # (an older generation's catch-up is not this one's)
             if self._durable:
                 self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
             else:
@@ -642,24 +652,25 @@ class KeyedScheduler:
         with self._lock:
             self._check_open()
             self._check_caller()
-            removed = [k for k in self._keys if k not in mapping]
             if not self._durable:
-                for key in removed:
+                for key in [k for k in self._keys if k not in mapping]:
                     self.remove(key)
                 for key, data in mapping.items():
                     self.upsert(key, data)
                 return
-            # Durable: every row computed, then one transaction, then applied.
+            # Durable: every row computed, then one transaction, then applied. next_run is user code,
+            # which may change keys: the records are looked up after every evaluation.
             wall_now = self._wall_now()
+            encoded_all = [(key, self._encode(data)) for key, data in mapping.items()]
+            results = [self._evaluate(key, _Stored(encoded), wall_now) for key, encoded in encoded_all]
+            removed = [k for k in self._keys if k not in mapping]
             rows: list[StoredKey] = []
             plans: list[tuple[_Key, bool, Any, Any, Any]] = []
-            for key, data in mapping.items():
-                encoded = self._encode(data)
+            for (key, encoded), result in zip(encoded_all, results, strict=True):
                 rec = self._keys.get(key)
                 fresh = rec is None
                 if rec is None:
-                    rec = _Key(self, key, data)
-                result = self._evaluate(key, data, wall_now)
+                    rec = _Key(self, key, _Stored(encoded))
                 outcome = self._outcome(rec, result)
                 rows.append(
                     StoredKey(
@@ -673,10 +684,12 @@ class KeyedScheduler:
                     )
                 )
                 plans.append((rec, fresh, _Stored(encoded), outcome, result))
-            self._store.replace(rows, removed)
+            generations = self._store.replace(rows, None if self._shared else removed)
             for key in removed:
                 self._forget(key)
-            for rec, fresh, data, (state, at, last_error), result in plans:
+            for (rec, fresh, data, (state, at, last_error), result), generation in zip(
+                plans, generations if self._shared else [None] * len(plans), strict=True
+            ):
                 if fresh:
                     self._keys[rec.key] = rec
                 elif rec.running and self._cancel_on_replace and rec.contexts:
@@ -684,7 +697,12 @@ class KeyedScheduler:
                         ctx.cancelled.set()
                 self._loaded.discard(rec.key)
                 rec.data = data
-                rec.generation += 1
+                rec.catch_up = None
+                if generation is None:
+                    rec.generation += 1
+                else:
+                    rec.generation = generation
+                    self._taken(rec.key)
                 self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
 
     def remove(self, key: Hashable) -> bool:
@@ -696,6 +714,13 @@ class KeyedScheduler:
         _check_key(key)
         with self._lock:
             self._check_caller()
+            if self._shared:  # held here or by another process: the store knows
+                self._check_open()
+                existed = self._store.delete(key)
+                if key in self._keys:
+                    self._forget(key)
+                    return True
+                return existed
             if key not in self._keys:
                 return False
             if self._durable:
@@ -703,12 +728,18 @@ class KeyedScheduler:
             self._forget(key)
             return True
 
-    def _forget(self, key: Hashable) -> None:
+    def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
+        """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
+        `cancel` (default: cancel_running_on_remove)."""
         rec = self._keys.pop(key)
         self._loaded.discard(key)
+        self._stamps.pop(key, None)
         rec.generation += 1
+        rec.catch_up = None
         self._disarm(rec)
-        if rec.running and self._cancel_on_remove and rec.contexts:
+        if cancel is None:
+            cancel = self._cancel_on_remove
+        if rec.running and cancel and rec.contexts:
             for ctx in rec.contexts:
                 ctx.cancelled.set()
 
@@ -891,7 +922,10 @@ class KeyedScheduler:
             if rec.catch_up:  # more catch-up fires follow this one: the next is the next run
                 state, at, last_error, error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error, None
             elif self._reschedule is Reschedule.BEFORE_RUN:
-                result = _advancing(self._evaluate(rec.key, rec.data, wall_now), scheduled_for)
+                # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
+                result = _advancing(
+                    self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
+                )
                 state, at, last_error = self._outcome(rec, result)
                 error = result if isinstance(result, BaseException) else None
             else:
@@ -906,12 +940,18 @@ class KeyedScheduler:
                     _micro(scheduled_for),
                     last_error,
                 )
+                self._record_unrecorded()
                 try:
                     taken = self._store.start_fire(row, _micro(scheduled_for), _micro(wall_now), rerun)
                 except Exception as exc:  # the store failed: the fire is not lost, it is tried again soon
                     self._retry(rec, scheduled_for, rerun, exc, wall_now)
                     return _STALE
-                if not taken:
+                if not taken:  # taken already (or, a shared store, the key is held elsewhere): the next one
+                    if rec.catch_up:
+                        self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+                    else:
+                        after = self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for))
+                        self._planned(rec, _advancing(after, scheduled_for))
                     return _STALE
             rec.last_scheduled_for = scheduled_for
             ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
@@ -974,15 +1014,20 @@ class KeyedScheduler:
                 if error is not None:
                     self._counts["failed"] += 1
             wall_now = self._wall_now()
-            current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
+            mine = self._keys.get(rec.key) is rec and rec.generation == generation
+            current = mine and not self._closed
             outcome: tuple[KeyState, float | None, str | None] | None = None
             result: Any = None
-            if current:
+            # (closed during the run: a durable store still gets the row the key would have had, so that
+            # its next life catches up from there; nothing is armed)
+            if current or (mine and self._durable and self._store_open()):
                 last_error = _describe(error) if error is not None else rec.last_error
                 if rec.catch_up:
                     outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
                 elif self._reschedule is Reschedule.AFTER_FINISH:
-                    result = _advancing(self._evaluate(rec.key, rec.data, wall_now), scheduled_for)
+                    result = _advancing(
+                        self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
+                    )
                     rec.last_error = last_error
                     outcome = self._outcome(rec, result)
                 elif self._reschedule is Reschedule.NONE:
@@ -1012,31 +1057,39 @@ class KeyedScheduler:
                         _us(rec.last_scheduled_for),
                         outcome[2],
                     )
+                message = (
+                    _describe(error)
+                    if error is not None
+                    else None
+                    if started
+                    else "superseded before it started"
+                )
+                self._record_unrecorded()
                 try:
                     self._store.finish_fire(
-                        row if current else None,
+                        row if mine else None,
                         rec.key,
                         generation,
                         _micro(scheduled_for),
                         _micro(wall_now),
-                        _describe(error)
-                        if error is not None
-                        else None
-                        if started
-                        else "superseded before it started",
+                        message,
                     )
-                except Exception as exc:  # the fire stays unfinished: at the next start, `recover` decides
+                except Exception as exc:  # recorded at the next write (or, if none comes, `recover` decides)
+                    self._unrecorded.append(
+                        FinishedFire(rec.key, generation, _micro(scheduled_for), _micro(wall_now), message)
+                    )
                     log_safely(
                         logger,
                         (KeyboardInterrupt, SystemExit),
                         logging.ERROR,
-                        "timerwheel: the %s failed to record the end of a run of key %r (%r)",
+                        "timerwheel: the %s failed to record the end of a run of key %r (%r); it is "
+                        "recorded with the next write",
                         self._store.name,
                         rec.key,
                         exc,
                         exc_info=exc,
                     )
-            if outcome is not None:
+            if outcome is not None and not self._closed:
                 self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
             self._idle.notify_all()
             if self._all_done is not None and not any(r.running for r in self._keys.values()):
@@ -1068,21 +1121,42 @@ class KeyedScheduler:
                 result = self._evaluate(rec.key, rec.data, self._wall_now())
                 outcome = self._outcome(rec, result)
             if self._durable:
-                self._store.put(
-                    StoredKey(
-                        rec.key,
-                        self._encode(rec.data),
-                        generation,
-                        outcome[0].value,
-                        _us(outcome[1]),
-                        _us(rec.last_scheduled_for),
-                        outcome[2],
-                    )
+                row = StoredKey(
+                    rec.key,
+                    self._encode(rec.data),
+                    generation,
+                    outcome[0].value,
+                    _us(outcome[1]),
+                    _us(rec.last_scheduled_for),
+                    outcome[2],
                 )
+                try:
+                    self._store.save([row])
+                except Exception as exc:  # the key is armed all the same; its row is written at its fire
+                    log_safely(
+                        logger,
+                        (KeyboardInterrupt, SystemExit),
+                        logging.ERROR,
+                        "timerwheel: the %s failed to record the dropped run of key %r (%r)",
+                        self._store.name,
+                        rec.key,
+                        exc,
+                        exc_info=exc,
+                    )
             self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
 
     def _store_open(self) -> bool:
         return getattr(self._store, "_owner", None) is self
+
+    def _record_unrecorded(self) -> None:
+        """Record the ends of runs that the store failed to record (with the next write, in order)."""
+        while self._unrecorded:
+            fire = self._unrecorded[0]
+            try:
+                self._store.finish_fire(None, *fire)
+            except Exception:
+                return  # (still failing: the next write tries again)
+            self._unrecorded.pop(0)
 
     def _run_key(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
@@ -1133,102 +1207,359 @@ class KeyedScheduler:
         """Take the stored keys into memory (not armed: start() decides), and the unfinished fires."""
         rows, fires = self._store.load()
         for row in rows:
-            rec = _Key(self, row.key, _Stored(row.data))
-            rec.generation = row.generation
-            rec.state = KeyState(row.state)
-            rec.next_run_at = _seconds(row.next_run_at)
-            rec.last_scheduled_for = _seconds(row.last_scheduled_for)
-            rec.last_error = row.last_error
+            try:
+                rec = self._record(row)
+            except (TypeError, ValueError) as exc:
+                raise StoreError(
+                    f"the {self._store.name} has a row that this timerwheel cannot read ({exc}): {row!r}"
+                ) from None
             self._keys[row.key] = rec
             self._loaded.add(row.key)
         for fire in fires:
             self._unfinished.setdefault(fire.key, []).append(fire)
 
-    def _recover_and_catch_up(self, rec: _Key, wall_now: float) -> None:
-        """A stored key at start: its interrupted fire (recover), the fires it missed while the process
-        was down (catch_up, max_catch_up, misfire_grace; every one not run reported), then its timer."""
-        queue: list[tuple[float, bool]] = []
+    def _record(self, row: StoredKey) -> _Key:
+        rec = _Key(self, row.key, _Stored(row.data))
+        rec.generation = row.generation
+        rec.state = KeyState(row.state)
+        rec.next_run_at = _seconds(row.next_run_at)
+        rec.last_scheduled_for = _seconds(row.last_scheduled_for)
+        rec.last_error = row.last_error
+        return rec
+
+    def _decide_all(self, recs: list[_Key], wall_now: float) -> list[tuple[_Key, int, _Plan]]:
+        """Stored keys (loaded at start, or claimed from a shared store): decide what each does about its
+        interrupted fires and the fires it missed (_decide), and write that, in one transaction. Nothing
+        is applied yet (see _apply_all); if the store fails, nothing changed."""
+        plans = [(rec, rec.generation, self._decide(rec, wall_now)) for rec in recs]
+        # (next_run is user code: it may have removed or replaced a key meanwhile; that one is left be)
+        plans = [p for p in plans if self._keys.get(p[0].key) is p[0] and p[0].generation == p[1]]
+        rows = [
+            StoredKey(
+                rec.key,
+                self._encode(rec.data),
+                generation,
+                plan.state.value,
+                _us(plan.at),
+                _us(rec.last_scheduled_for),
+                plan.last_error,
+            )
+            for rec, generation, plan in plans
+            if plan.queue
+            or (plan.state, plan.at, plan.last_error) != (rec.state, rec.next_run_at, rec.last_error)
+        ]
+        finished = [f for _, _, plan in plans for f in plan.finished]
+        if rows or finished:
+            self._store.save(rows, finished)
+        self._unfinished.clear()
+        return plans
+
+    def _apply_all(self, plans: list[tuple[_Key, int, _Plan]]) -> None:
+        """Apply what _decide_all decided and wrote: arm the keys, then tell on_missed."""
+        summary = [0, 0]  # keys, fires
+        for rec, generation, plan in plans:
+            if self._closed or self._keys.get(rec.key) is not rec or rec.generation != generation:
+                continue  # (a callback of an earlier key removed or replaced it)
+            self._counts["recovered"] += plan.recovered
+            self._counts["abandoned"] += len(plan.abandoned)
+            self._counts["caught_up"] += plan.caught_up
+            for message in plan.abandoned:
+                logger.warning("timerwheel: key %r: %s", rec.key, message)
+            rec.catch_up = plan.queue or None
+            self._apply(rec, plan.state, plan.at, plan.last_error, plan.error)
+            if plan.skipped:
+                count = len(plan.skipped)
+                self._counts["missed"] += count
+                summary[0] += 1
+                summary[1] += count
+        if summary[0]:
+            logger.warning(
+                "timerwheel: %d key(s) of the %s missed %d fire(s) while %s, not run "
+                "(catch_up=%s, max_catch_up=%d, misfire_grace=%r): see on_missed and stats()",
+                summary[0],
+                self._store.name,
+                summary[1],
+                "no process held them" if self._shared else "the process was down",
+                self._catch_up.name,
+                self._max_catch_up,
+                self._grace,
+            )
+        for rec, _, plan in plans:  # (after every key is armed: a callback that changes keys is final)
+            if plan.skipped:
+                self._report_missed(rec, plan.skipped, plan.beyond)
+
+    # -- a shared store (PostgresStore): its threads hand keys over --------------------------------------
+    #
+    # The store's keeper thread claims keys and renews their leases; its listener thread hears of the
+    # other processes' changes. What they find is applied here, under the lock (a ThreadedScheduler) or
+    # on the loop (an AsyncScheduler). A stamp per key says when it was taken here: what the database
+    # said before that instant does not undo it.
+
+    def _taken(self, key: Hashable) -> None:
+        self._stamp += 1
+        self._stamps[key] = self._stamp
+
+    def _shared_stamp(self) -> int:
+        """The stamp now (read by the store before it asks the database)."""
+        return self._stamp
+
+    def _post(self, work: Callable[[], None]) -> None:
+        """Run `work` where the keys may be touched, from a store's thread."""
+
+        def guarded() -> None:
+            try:
+                with self._lock:
+                    if not self._closed:
+                        work()
+            except Exception as exc:
+                log_safely(
+                    logger,
+                    (KeyboardInterrupt, SystemExit),
+                    logging.ERROR,
+                    "timerwheel: applying what the %s found failed; it is tried again at its next round",
+                    self._store.name,
+                    exc_info=exc,
+                )
+
+        if self._async:
+            with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
+                self._sched._loop.call_soon_threadsafe(guarded)
+            return
+        stop = getattr(self._store, "_stop", None)
+        while not self._lock.acquire(timeout=0.1):  # (close() joins the store's threads, holding it)
+            if stop is not None and stop.is_set():
+                return
+        try:
+            guarded()
+        finally:
+            self._lock.release()
+
+    def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire]) -> None:
+        """Keys the store claimed for this process: recovered, caught up and armed here."""
+
+        def work() -> None:
+            recs = []
+            for row in rows:
+                old = self._keys.get(row.key)
+                if old is not None:
+                    if old.generation == row.generation:
+                        self._taken(row.key)
+                        continue
+                    self._forget(row.key, cancel=self._cancel_on_replace)
+                rec = self._keys[row.key] = self._record(row)
+                self._taken(row.key)
+                recs.append(rec)
+            for fire in fires:
+                self._unfinished.setdefault(fire.key, []).append(fire)
+            try:
+                plans = self._decide_all(recs, self._wall_now())
+            except BaseException:  # not taken here after all: the next round gives them back
+                self._unfinished.clear()
+                for rec in recs:
+                    if self._keys.get(rec.key) is rec:
+                        del self._keys[rec.key]
+                raise
+            self._apply_all(plans)
+
+        self._post(work)
+
+    def _shared_reconcile(self, held: dict[Hashable, int], stamp: int) -> None:
+        """What the database says this process holds (key: generation), as of `stamp`: a key held here
+        and not there was taken over (this process's lease lapsed): it is dropped; a key held there and
+        not here is given back, for a claim to take it."""
+
+        def work() -> None:
+            stamps = self._stamps
+            for key in [k for k, rec in self._keys.items() if stamps.get(k, 0) <= stamp]:
+                if held.get(key) != self._keys[key].generation:
+                    logger.warning("timerwheel: key %r was taken over by another process", key)
+                    self._forget(key, cancel=False)
+            orphans = [k for k in held if k not in self._keys]
+            if orphans:
+                self._store.release(orphans)  # type: ignore[attr-defined]
+
+        self._post(work)
+
+    def _shared_changed(
+        self, changes: dict[Hashable, int | None], stamp: int, removed: set[Hashable]
+    ) -> None:
+        """Another process upserted or removed keys: the generation this process holds each at (None: it
+        holds it no more), as of `stamp`."""
+
+        def work() -> None:
+            for key, generation in changes.items():
+                rec = self._keys.get(key)
+                if rec is None or self._stamps.get(key, 0) > stamp or generation == rec.generation:
+                    continue
+                gone = key in removed
+                self._forget(key, cancel=self._cancel_on_remove if gone else self._cancel_on_replace)
+
+        self._post(work)
+
+    def _shared_shed(self, count: int) -> None:
+        """This process holds `count` keys more than its share: give back that many of those not running,
+        the latest due first."""
+
+        def work() -> None:
+            idle = [rec for rec in self._keys.values() if not rec.running and not rec.catch_up]
+            idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
+            keys = [rec.key for rec in idle[:count]]
+            for key in keys:
+                self._forget(key, cancel=False)
+            self._store.release(keys)  # type: ignore[attr-defined]
+
+        self._post(work)
+
+    def _shared_lost(self) -> None:
+        """The store could not renew its leases for a whole lease: stop firing every key held here."""
+
+        def work() -> None:
+            for key in list(self._keys):
+                self._forget(key, cancel=False)
+
+        self._post(work)
+
+    def _decide(self, rec: _Key, wall_now: float) -> _Plan:
+        """What a stored key does at start (or when a shared store's claim brings it here): its
+        interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up, misfire_grace),
+        then its timer. Decided only: nothing changes until _apply_all."""
+        plan = _Plan(rec.state, rec.next_run_at, rec.last_error)
+        queue = plan.queue
         base = rec.next_run_at
-        for fire in self._unfinished.pop(rec.key, ()):
+        interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
+        for fire in self._unfinished.get(rec.key, ()):
             when = fire.scheduled_for / 1_000_000
             if fire.generation != rec.generation:
-                self._store.finish_fire(
-                    None,
-                    rec.key,
-                    fire.generation,
-                    fire.scheduled_for,
-                    _micro(wall_now),
-                    "superseded: its key was replaced",
-                )
+                plan.finish(rec, fire, wall_now, "superseded: its key was replaced")
                 continue
             if self._recover is Recover.RERUN:
                 queue.append((when, True))
-                self._counts["recovered"] += 1
+                plan.recovered += 1
             else:
                 message = (
                     f"the run of {_iso(when)} was interrupted (the process stopped during it); "
                     "recover=Recover.SKIP does not run it again"
                 )
-                self._store.finish_fire(
-                    None, rec.key, fire.generation, fire.scheduled_for, _micro(wall_now), message
-                )
-                rec.last_error = message
-                self._counts["abandoned"] += 1
-                logger.warning("timerwheel: key %r: %s", rec.key, message)
-            if base is None:  # AFTER_FINISH leaves it unset while a run goes: as if the run ended on time
-                next_after = self._evaluate(rec.key, rec.data, when)
-                base = next_after if isinstance(next_after, float) else None
+                plan.finish(rec, fire, wall_now, message)
+                plan.last_error = message
+                plan.abandoned.append(message)
+            if base is None and self._reschedule is Reschedule.AFTER_FINISH:
+                base = self._as_if_ended(rec, when)  # AFTER_FINISH leaves it unset while a run goes
+        if (
+            base is None
+            and interrupted
+            and not queue
+            and rec.last_scheduled_for is not None
+            and self._reschedule is Reschedule.AFTER_FINISH
+        ):  # its run's end was recorded, not its row (closed during the run, or a shared key taken over
+            base = self._as_if_ended(rec, rec.last_scheduled_for)  # then): as if it ended on time
+        if self._reschedule is Reschedule.NONE and interrupted and base is None:
+            # A run of Reschedule.NONE was going: the key is DISABLED after it (after its rerun, if any).
+            if queue:
+                plan.state, plan.at = KeyState.PENDING, queue[0][0]
+            else:
+                plan.state, plan.at = KeyState.DISABLED, None
+            return plan
         if rec.state is KeyState.INVALID or (
             base is None and not queue and rec.state is not KeyState.DISABLED
         ):
-            self._plan(rec, wall_now)  # nothing to catch up from: next_run afresh
-            return
+            return self._afresh(plan, rec, wall_now)  # nothing to catch up from: next_run afresh
         missed: list[float] = []
         t: float | None = base
         result: Any = base
-        beyond = False
         while t is not None and t <= wall_now:
             if len(missed) > self._max_catch_up:
-                beyond = True
+                plan.beyond = True
                 break
             missed.append(t)
-            result = self._evaluate(rec.key, rec.data, t)
-            t = result if isinstance(result, float) else None
+            result = _advancing(self._evaluate(rec.key, rec.data, t), t)
+            t = result if isinstance(result, float) else None  # (a next_run that keeps its date: once)
         grace = self._grace
-        runnable = [m for m in missed if grace is None or wall_now - m <= grace]
+        later: list[float] = []
+        if plan.beyond:  # more were missed than counted: those in the grace, or else the latest
+            if grace is not None:
+                later = self._fires_in_grace(rec, wall_now - grace, missed, wall_now)
+            if not later:
+                later = self._latest_fire(rec, missed, wall_now)
+        runnable = [m for m in missed + later if grace is None or wall_now - m <= grace]
         if self._catch_up is CatchUp.ONCE:
             run = [] if queue else runnable[-1:]  # an interrupted fire run again is the run of the catch-up
         elif self._catch_up is CatchUp.SKIP:
             run = []
         else:
-            run = runnable[: self._max_catch_up]
+            run = sorted(set(runnable))[: self._max_catch_up]
         chosen = set(run)
-        skipped = [m for m in missed if m not in chosen]
-        if skipped:
-            self._report_missed(rec, skipped, beyond)
+        plan.skipped = [m for m in missed if m not in chosen]
         queue += [(m, False) for m in run]
-        self._counts["caught_up"] += len(run)
+        plan.caught_up = len(run)
         if queue:
-            rec.catch_up = queue
-            self._apply(rec, KeyState.PENDING, queue[0][0], rec.last_error)
-        elif beyond:
-            self._plan(rec, wall_now)  # more missed than counted: the next fire after now
+            plan.state, plan.at = KeyState.PENDING, queue[0][0]
+        elif plan.beyond:
+            return self._afresh(plan, rec, wall_now)  # more missed than counted: the next fire after now
         elif rec.state is KeyState.DISABLED and base is None:
             pass  # disabled it stays (next_run gave None, or Reschedule.NONE ran it), until upserted
         else:
-            self._planned(rec, result if t is None else t)
+            self._outcome_into(plan, rec, result if t is None else t)
+        return plan
+
+    def _as_if_ended(self, rec: _Key, when: float) -> float | None:
+        after = _advancing(self._evaluate(rec.key, rec.data, when), when)
+        return after if isinstance(after, float) else None
+
+    def _afresh(self, plan: _Plan, rec: _Key, wall_now: float) -> _Plan:
+        self._outcome_into(plan, rec, self._evaluate(rec.key, rec.data, wall_now))
+        return plan
+
+    def _outcome_into(self, plan: _Plan, rec: _Key, result: float | BaseException | None) -> None:
+        state, at, last_error = self._outcome(rec, result)
+        if rec.state is not KeyState.INVALID and plan.last_error != rec.last_error:
+            last_error = plan.last_error  # (an abandoned fire's message)
+        plan.state, plan.at, plan.last_error = state, at, last_error
+        plan.error = result if isinstance(result, BaseException) else None
+
+    def _latest_fire(self, rec: _Key, missed: list[float], wall_now: float) -> list[float]:
+        """The latest fire at or before now, beyond the counted ones (`missed`), or none. next_run(t) is
+        the first fire after t, so the search gallops back from now instead of stepping through every
+        missed fire: exact for a calendar schedule (a Cron); for a schedule relative to `now` (now +
+        an interval) the fire it finds is at now."""
+        step = max((missed[-1] - missed[0]) / max(1, len(missed) - 1), 1e-3)
+        reach = step
+        found: float | None = None
+        while found is None and wall_now - reach > missed[-1]:
+            first = self._evaluate(rec.key, rec.data, wall_now - reach)
+            if isinstance(first, float) and missed[-1] < first <= wall_now:
+                found = first
+            reach *= 2
+        if found is None:
+            return []
+        for _ in range(10_000):  # (from there, step to the latest)
+            after = self._evaluate(rec.key, rec.data, found)
+            if not isinstance(after, float) or not found < after <= wall_now:
+                break
+            found = after
+        return [found]
+
+    def _fires_in_grace(self, rec: _Key, since: float, missed: list[float], wall_now: float) -> list[float]:
+        """The fires after `since` (now - misfire_grace) and at or before now, beyond the counted ones
+        (at most max_catch_up + 1)."""
+        fires: list[float] = []
+        t = self._evaluate(rec.key, rec.data, max(since, missed[-1]))
+        while isinstance(t, float) and t <= wall_now and len(fires) <= self._max_catch_up:
+            fires.append(t)
+            after = self._evaluate(rec.key, rec.data, t)
+            if not isinstance(after, float) or after <= t:
+                break
+            t = after
+        return fires
 
     def _report_missed(self, rec: _Key, skipped: list[float], beyond: bool) -> None:
         count = len(skipped)
-        self._counts["missed"] += count
-        summary = self._missed_summary
-        summary[0] += 1
-        summary[1] += count
         logger.debug(
-            "timerwheel: key %r missed %s%d fire(s) while the process was down, from %s to %s: not run",
+            "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",
             rec.key,
             "at least " if beyond else "",
             count,
+            "no process held it" if self._shared else "the process was down",
             _iso(skipped[0]),
             _iso(skipped[-1]),
         )
@@ -1239,6 +1570,29 @@ class KeyedScheduler:
             count,
             _from_posix(skipped[0], UTC),
             _from_posix(skipped[-1], UTC),
+        )
+
+
+@dataclasses.dataclass(slots=True)
+class _Plan:
+    """What a stored key does at start (KeyedScheduler._decide): its fires to run at once, its state and
+    next run after them, the fires it missed and did not run, and the fires to mark finished."""
+
+    state: KeyState
+    at: float | None
+    last_error: str | None
+    error: BaseException | None = None
+    queue: list[tuple[float, bool]] = dataclasses.field(default_factory=list)
+    skipped: list[float] = dataclasses.field(default_factory=list)
+    beyond: bool = False
+    finished: list[FinishedFire] = dataclasses.field(default_factory=list)
+    recovered: int = 0
+    caught_up: int = 0
+    abandoned: list[str] = dataclasses.field(default_factory=list)
+
+    def finish(self, rec: _Key, fire: StoredFire, wall_now: float, error: str) -> None:
+        self.finished.append(
+            FinishedFire(rec.key, fire.generation, fire.scheduled_for, _micro(wall_now), error)
         )
 
 

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["KeyStore", "MemoryStore", "SQLiteStore", "StoreError", "StoredFire", "StoredKey"]
+__all__ = ["FinishedFire", "KeyStore", "MemoryStore", "SQLiteStore", "StoreError", "StoredFire", "StoredKey"]
 
 SCHEMA_VERSION = 1
 
@@ -51,26 +51,44 @@ class StoredFire(NamedTuple):
     attempts: int
 
 
+class FinishedFire(NamedTuple):
+    """A fire to mark finished (with its error: why it did not run)."""
+
+    key: Hashable
+    generation: int
+    scheduled_for: int
+    finished_at: int
+    error: str | None
+
+
 class KeyStore(Protocol):
     """What a KeyedScheduler needs of a store (see the module docstring)."""
 
     durable: bool
     name: str
+    shared: bool  # many processes on one store (PostgresStore): see KeyedScheduler._shared_*
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Every stored key (an iterable, read once), and the fires started and never finished."""
         ...
 
-    def put(self, row: StoredKey) -> None:
-        """Insert or replace a key's row (committed)."""
+    def put(self, row: StoredKey) -> int:
+        """A user's change of a key (upsert): insert or replace its row (committed). Returns the
+        generation stored: row.generation, or (a shared store) one above any other process stored."""
         ...
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
-        """Put every row and delete every removed key, in one transaction."""
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        """replace_all(): put every row and delete every removed key (None: every key not in rows), in
+        one transaction. Returns the generations stored, in the order of rows."""
         ...
 
-    def delete(self, key: Hashable) -> None:
-        """Delete a key and its fires (committed)."""
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
+        """Write the state of keys at their generation (what start() decided, a dropped run) and mark
+        fires finished (abandoned or superseded ones), in one transaction."""
+        ...
+
+    def delete(self, key: Hashable) -> bool:
+        """Delete a key and its fires (committed). True if it was stored."""
         ...
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
@@ -102,20 +120,27 @@ class MemoryStore:
     process (what a KeyedScheduler without a store does)."""
 
     durable = False
+    shared = False
     name = "memory"
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Nothing is stored."""
         return [], []
 
-    def put(self, row: StoredKey) -> None:
+    def put(self, row: StoredKey) -> int:
+        """Nothing to write."""
+        return row.generation
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        """Nothing to write."""
+        return [row.generation for row in rows]
+
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
         """Nothing to write."""
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
+    def delete(self, key: Hashable) -> bool:
         """Nothing to write."""
-
-    def delete(self, key: Hashable) -> None:
-        """Nothing to write."""
+        return False
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
         """Every fire is taken."""
@@ -140,9 +165,13 @@ class MemoryStore:
 
 
 def encode_key(key: Any) -> str:
-    """A key as stored: JSON of a str or an int (so that "1" and 1 stay two keys). TypeError otherwise."""
+    """A key as stored: JSON of a str or an int (so that "1" and 1 stay two keys). TypeError otherwise,
+    ValueError for an int too long to write."""
     if type(key) is str or (type(key) is int):
-        return json.dumps(key)
+        try:
+            return json.dumps(key)
+        except ValueError as exc:  # an int of more digits than int->str converts
+            raise ValueError(f"key: an int too long for a durable store ({exc})") from None
     raise TypeError(f"key must be a str or an int with a durable store, not {type(key).__name__}")
 
 
@@ -180,6 +209,12 @@ _PUT = (
 )
 
 
+_FINISH = (
+    "UPDATE timerwheel_fires SET finished_at = ?, error = ? "
+    "WHERE key = ? AND generation = ? AND scheduled_for = ?"
+)
+
+
 class SQLiteStore:
     """Durable keys in one SQLite file, with the standard library's sqlite3 (WAL journal).
 
@@ -198,13 +233,15 @@ class SQLiteStore:
         synchronous: "NORMAL" (default) or "FULL" (power-loss durability).
 
     Raises:
-        TypeError: path is not a str or os.PathLike; synchronous is not a str.
-        ValueError: synchronous is neither "NORMAL" nor "FULL".
-        StoreError: the file cannot be opened, is not an SQLite database or not a timerwheel store of a
-            version this one reads, or another store owns it.
+        TypeError: path is not a str or os.PathLike (of str); synchronous is not a str.
+        ValueError: synchronous is neither "NORMAL" nor "FULL"; path is "" or ":memory:" (not durable).
+        StoreError: the file cannot be opened, is not an SQLite database, is the database of another
+            application (tables and none of timerwheel's) or a timerwheel store of a version this one
+            does not read (such files are left as they were), or another store owns it.
     """
 
     durable = True
+    shared = False
 
     def __init__(self, path: str | os.PathLike[str], *, synchronous: str = "NORMAL") -> None:
         if not isinstance(path, (str, os.PathLike)):
@@ -214,8 +251,13 @@ class SQLiteStore:
         if synchronous.upper() not in ("NORMAL", "FULL"):
             raise ValueError(f"synchronous must be 'NORMAL' or 'FULL', not {synchronous!r}")
         self.path = os.fspath(path)
+        if isinstance(self.path, bytes):
+            raise TypeError("path must be a str or os.PathLike of str, not bytes")
+        if self.path in ("", ":memory:"):
+            raise ValueError(f"path must name a file (an in-memory database is not durable), not {path!r}")
         self.name = f"SQLite file {self.path!r}"
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (a finalizer that calls back in nests: see _transaction)
+        self._depth = 0
         self._db: sqlite3.Connection | None = None
         try:
             db = sqlite3.connect(self.path, timeout=0.0, isolation_level=None, check_same_thread=False)
@@ -223,20 +265,32 @@ class SQLiteStore:
             raise StoreError(f"cannot open the {self.name}: {exc}") from None
         try:
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            # Look before touching: a file of another application, or of a newer schema, is refused and
+            # left exactly as it was (nothing written, its journal mode unchanged).
             db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "timerwheel_meta" not in tables:
+                raise StoreError(
+                    f"the {self.name} is a database of another application (it has tables, none of "
+                    "timerwheel's): give timerwheel a file of its own"
+                )
+            if tables:
+                row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
+                if row is not None and row[0] != str(SCHEMA_VERSION):
+                    raise StoreError(
+                        f"the {self.name} has timerwheel schema version {row[0]}; this version of "
+                        f"timerwheel reads version {SCHEMA_VERSION}"
+                    )
+            db.execute("COMMIT")
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"the {self.name} cannot use a WAL journal (journal_mode is {mode!r})")
+            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.execute("BEGIN EXCLUSIVE")
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
-            if row is None:
-                db.execute("INSERT INTO timerwheel_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif row[0] != str(SCHEMA_VERSION):
-                raise StoreError(
-                    f"the {self.name} has timerwheel schema version {row[0]}; this version of timerwheel "
-                    f"reads version {SCHEMA_VERSION}"
-                )
+            db.execute("INSERT OR IGNORE INTO timerwheel_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
             db.execute("COMMIT")
         except BaseException as exc:
             db.close()
@@ -261,15 +315,24 @@ class SQLiteStore:
         return self._db
 
     def _transaction(self, work: Any) -> Any:
+        """`work(db)` in one transaction. A call nested in another on the same thread (a finalizer that
+        the garbage collector ran during a write, calling back in) joins the outer transaction as a
+        savepoint: it commits with it."""
         with self._lock:
             db = self._conn()
-            db.execute("BEGIN IMMEDIATE")
+            nested = self._depth > 0
+            db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
+            self._depth += 1
             try:
                 result = work(db)
             except BaseException:
-                db.execute("ROLLBACK")
+                self._depth -= 1
+                db.execute("ROLLBACK TO timerwheel_nested" if nested else "ROLLBACK")
+                if nested:
+                    db.execute("RELEASE timerwheel_nested")
                 raise
-            db.execute("COMMIT")
+            self._depth -= 1
+            db.execute("RELEASE timerwheel_nested" if nested else "COMMIT")
             return result
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
@@ -291,22 +354,40 @@ class SQLiteStore:
                 "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
                 "FROM timerwheel_keys"
             )
-            while rows := cursor.fetchmany(1000):
-                for k, d, g, s, n, last, e in rows:
-                    yield StoredKey(decode_key(k), d, g, s, n, last, e)
+        while True:
+            with self._lock:  # (per batch, not across the yields: a consumer that stops may close)
+                rows = cursor.fetchmany(1000)
+            if not rows:
+                return
+            for k, d, g, s, n, last, e in rows:
+                yield StoredKey(decode_key(k), d, g, s, n, last, e)
 
     @staticmethod
     def _row(row: StoredKey) -> tuple[Any, ...]:
         return (encode_key(row.key), *row[1:])
 
-    def put(self, row: StoredKey) -> None:
-        """Insert or replace a key's row (committed)."""
+    def put(self, row: StoredKey) -> int:
+        """Insert or replace a key's row (committed); returns row.generation."""
         values = self._row(row)
         self._transaction(lambda db: db.execute(_PUT, values))
+        return row.generation
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable]) -> None:
-        """Put every row and delete every removed key, in one transaction."""
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
+        """Insert or replace every row and mark every fire of `finished` finished, in one transaction."""
         values = [self._row(row) for row in rows]
+        fires = [(f.finished_at, f.error, encode_key(f.key), f.generation, f.scheduled_for) for f in finished]
+
+        def work(db: sqlite3.Connection) -> None:
+            db.executemany(_FINISH, fires)
+            db.executemany(_PUT, values)
+
+        self._transaction(work)
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        """Put every row and delete every removed key, in one transaction (see KeyStore)."""
+        values = [self._row(row) for row in rows]
+        if removed is None:
+            raise ValueError("removed: a SQLiteStore needs the keys to delete")
         gone = [(encode_key(key),) for key in removed]
 
         def work(db: sqlite3.Connection) -> None:
@@ -315,16 +396,18 @@ class SQLiteStore:
             db.executemany(_PUT, values)
 
         self._transaction(work)
+        return [row.generation for row in rows]
 
-    def delete(self, key: Hashable) -> None:
-        """Delete a key and its fires (committed)."""
+    def delete(self, key: Hashable) -> bool:
+        """Delete a key and its fires (committed). True if it was stored."""
         k = encode_key(key)
 
-        def work(db: sqlite3.Connection) -> None:
-            db.execute("DELETE FROM timerwheel_keys WHERE key = ?", (k,))
+        def work(db: sqlite3.Connection) -> bool:
+            gone = db.execute("DELETE FROM timerwheel_keys WHERE key = ?", (k,)).rowcount
             db.execute("DELETE FROM timerwheel_fires WHERE key = ?", (k,))
+            return bool(gone)
 
-        self._transaction(work)
+        return bool(self._transaction(work))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
         """Record the fire as started and write the key's row, in one transaction (see KeyStore). The
@@ -371,11 +454,7 @@ class SQLiteStore:
         values = None if row is None else self._row(row)
 
         def work(db: sqlite3.Connection) -> None:
-            db.execute(
-                "UPDATE timerwheel_fires SET finished_at = ?, error = ? "
-                "WHERE key = ? AND generation = ? AND scheduled_for = ?",
-                (finished_at, error, k, generation, scheduled_for),
-            )
+            db.execute(_FINISH, (finished_at, error, k, generation, scheduled_for))
             if values is not None:
                 db.execute(_PUT, values)
 

@@ -1,0 +1,612 @@
+"""PostgresStore: one schedule shared by many processes (on one machine or many) through PostgreSQL, each
+fire run once across all of them.
+
+How it works (docs/shared.md says it for users):
+
+- Every process's KeyedScheduler *holds* a share of the keys: a key's row names its owner and the
+  owner's lease (`lease_until`, on the database's clock). A process arms in its wheel only the keys it
+  holds. A keeper thread of the store, with a connection of its own, renews the leases every lease/3
+  seconds, claims keys that nobody holds (or whose lease expired) with `SELECT ... FOR UPDATE SKIP
+  LOCKED` up to a fair share (keys / live processes), and gives back what it holds beyond that share.
+- A fire is taken by one statement that checks the key's owner and generation and inserts the fire-log
+  row (unique on key, generation, scheduled_for) in the same transaction: a process that no longer
+  holds the key, or holds an older generation, cannot take it, whatever its own clock or wheel says.
+  A completion is fenced the same way: only the holder of that generation writes the key's row.
+- upsert() and replace_all() from any process take the keys over (the new generation is armed where it
+  was computed) and NOTIFY the others, whose listener thread drops what they held of the older
+  generation (and cancels its running run, with cancel_running_on_replace / _on_remove) at once.
+- A process that dies stops renewing: the others take its keys over within lease + lease/3 seconds, and
+  apply the same recover and catch-up rules as a restart on SQLite (the fires it had started and not
+  finished: recover=; those missed meanwhile: catch_up=), once, in the process that claimed the key.
+- The schema is created and migrated by the store itself, under an advisory lock: versioned, and safe
+  when many processes start at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from ._store import FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
+
+__all__ = ["PostgresStore"]
+
+logger = logging.getLogger("timerwheel")
+
+SCHEMA_VERSION = 1
+CHANNEL = "timerwheel"
+_LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
+
+_SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS timerwheel_meta (name text PRIMARY KEY, value text NOT NULL)""",
+    """CREATE TABLE IF NOT EXISTS timerwheel_keys (
+        key text PRIMARY KEY,
+        data text NOT NULL,
+        generation bigint NOT NULL,
+        state text NOT NULL,
+        next_run_at bigint,
+        last_scheduled_for bigint,
+        last_error text,
+        owner text,
+        lease_until timestamptz
+    )""",
+    """CREATE INDEX IF NOT EXISTS timerwheel_keys_owner ON timerwheel_keys (owner)""",
+    """CREATE TABLE IF NOT EXISTS timerwheel_fires (
+        key text NOT NULL,
+        generation bigint NOT NULL,
+        scheduled_for bigint NOT NULL,
+        started_at bigint NOT NULL,
+        finished_at bigint,
+        error text,
+        attempts integer NOT NULL DEFAULT 1,
+        owner text NOT NULL,
+        PRIMARY KEY (key, generation, scheduled_for)
+    )""",
+    """CREATE INDEX IF NOT EXISTS timerwheel_fires_unfinished ON timerwheel_fires (key)
+        WHERE finished_at IS NULL""",
+    """CREATE TABLE IF NOT EXISTS timerwheel_owners (
+        id text PRIMARY KEY,
+        lease_until timestamptz NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )""",
+    # A fire taken in one round trip: the key must be held (owner, generation) by the caller; the fire
+    # must be new, or an unfinished one of the caller's (a retry after a lost connection), or, for a
+    # rerun, any unfinished one (the interrupted fire of a process that died).
+    """CREATE OR REPLACE FUNCTION timerwheel_start_fire(
+        p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
+        p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
+        p_last_error text) RETURNS boolean LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM 1 FROM timerwheel_keys
+            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
+            VALUES (p_key, p_generation, p_scheduled_for, p_started_at, p_owner)
+            ON CONFLICT (key, generation, scheduled_for) DO UPDATE
+            SET attempts = f.attempts + (CASE WHEN p_rerun THEN 1 ELSE 0 END),
+                started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
+            WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner);
+        IF NOT FOUND THEN
+            RETURN false;
+        END IF;
+        DELETE FROM timerwheel_fires
+            WHERE key = p_key AND finished_at IS NOT NULL AND scheduled_for < p_scheduled_for;
+        UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
+            last_scheduled_for = p_scheduled_for, last_error = p_last_error,
+            lease_until = clock_timestamp() + make_interval(secs => p_lease)
+            WHERE key = p_key;
+        RETURN true;
+    END $$""",
+]
+
+_COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
+
+
+def _redacted(dsn: str) -> str:
+    """The DSN without its password (for messages and repr)."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        parts = conninfo_to_dict(dsn)
+    except Exception:
+        return "<dsn>"
+    if "password" in parts:
+        parts["password"] = "***"
+    return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+
+
+class PostgresStore:
+    """Keys shared by every KeyedScheduler on the same PostgreSQL database (psycopg 3; install the
+    extra `timerwheel[postgres]`): each (key, generation, scheduled_for) fire runs once across all of
+    them, and the keys spread over the processes. See docs/shared.md for the guarantees and the schema.
+
+    Each process makes its own store (one per KeyedScheduler) with the same dsn, and gives its
+    scheduler the store's clock, so that due times are read from the database's clock:
+    `ThreadedScheduler(wall_clock=store.wall)`.
+
+    Args:
+        dsn: a libpq connection string or URI.
+        lease: seconds a process holds the keys it claimed without renewing them (renewed every
+            lease/3 s by a thread of the store); a process that dies has its keys taken over within
+            lease + lease/3 seconds.
+
+    Raises:
+        TypeError: dsn is not a str; lease is not a number.
+        ValueError: lease is not finite and >= 0.3.
+        StoreError: the database cannot be reached, or holds a timerwheel schema of a newer version.
+        ImportError: psycopg is not installed.
+    """
+
+    durable = True
+    shared = True
+
+    def __init__(self, dsn: str, *, lease: float = 30.0) -> None:
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str, not {type(dsn).__name__}")
+        if isinstance(lease, bool) or not isinstance(lease, (int, float)):
+            raise TypeError(f"lease must be a number of seconds, not {type(lease).__name__}")
+        lease = float(lease)
+        if not math.isfinite(lease) or lease < 0.3:
+            raise ValueError(f"lease must be finite and >= 0.3 seconds, got {lease!r}")
+        try:
+            import psycopg
+        except ImportError:
+            raise ImportError("PostgresStore needs psycopg 3: pip install 'timerwheel[postgres]'") from None
+        self._psycopg = psycopg
+        self.dsn = dsn
+        self.lease = lease
+        self.name = f"PostgreSQL store {_redacted(dsn)!r}"
+        token = uuid.uuid4().hex[:12]
+        self.owner_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
+        self._application = f"timerwheel {os.getpid()} {token}"  # (pg_stat_activity shows it)
+        self._offset = 0.0  # the database's clock minus this machine's (time.time())
+        self._lock = threading.Lock()  # the main connection: one statement at a time
+        self._conn: Any = None
+        self._closed = False
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._holder: Any = None  # the KeyedScheduler, once attached (start)
+        self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
+        self._lost_said = False
+        self._owner: Any = None  # the KeyedScheduler that uses this store (one at a time)
+        try:
+            with self._lock:
+                self._migrate(self._connection())
+                self._measure_offset(self._connection())
+        except StoreError:
+            self._drop_connection()
+            raise
+        except self._psycopg.Error as exc:
+            self._drop_connection()
+            raise StoreError(f"cannot use the {self.name}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_redacted(self.dsn)!r}, lease={self.lease!r})"
+
+    # -- connections ----------------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        return self._psycopg.connect(
+            self.dsn, autocommit=True, connect_timeout=10, application_name=self._application
+        )
+
+    def _connection(self) -> Any:
+        if self._closed:
+            raise StoreError(f"the {self.name} is closed")
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._drop_connection()
+            self._conn = self._connect()
+        return self._conn
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _do(self, work: Callable[[Any], Any]) -> Any:
+        """Run `work(connection)` on the main connection; once more on a fresh connection if the first
+        one was lost (every statement of the store may be repeated: see timerwheel_start_fire)."""
+        with self._lock:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return work(conn)
+                except self._psycopg.OperationalError:
+                    if attempt == 2 or not (conn.closed or conn.broken):
+                        raise
+                    self._drop_connection()
+            raise AssertionError("unreachable")
+
+    def _migrate(self, conn: Any) -> None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+            exists = conn.execute("SELECT to_regclass('timerwheel_meta') IS NOT NULL").fetchone()[0]
+            version = None
+            if exists:
+                row = conn.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
+                version = None if row is None else int(row[0])
+            if version is not None and version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the {self.name} has timerwheel schema version {version}; this version of timerwheel "
+                    f"reads versions up to {SCHEMA_VERSION}"
+                )
+            if version == SCHEMA_VERSION:
+                return
+            for statement in _SCHEMA:  # (version None: a new database; migrations from older go here)
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO timerwheel_meta VALUES ('schema', %s) "
+                "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
+                (str(SCHEMA_VERSION),),
+            )
+
+    def _measure_offset(self, conn: Any) -> None:
+        before = time.time()
+        db = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()[0]
+        after = time.time()
+        offset = db - (before + after) / 2
+        if abs(offset - self._offset) > 0.005:  # (not a step of the wall clock at every measurement)
+            self._offset = offset
+
+    def wall(self) -> float:
+        """The database's clock, as POSIX seconds (this machine's clock plus the offset measured at every
+        lease renewal): give it to the scheduler as its wall_clock."""
+        return time.time() + self._offset
+
+    # -- what a KeyedScheduler calls (KeyStore) ---------------------------------------------------------
+
+    def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
+        """Nothing up front: a shared store's keys are claimed after start() (see attach)."""
+        return [], []
+
+    def put(self, row: StoredKey) -> int:
+        """A user's change of a key (upsert): stored as a new generation (one above any stored), held by
+        this process from now on; the others are notified. Returns the generation stored."""
+        k = encode_key(row.key)
+        payload = json.dumps({"o": self.owner_id, "k": [k]})
+
+        def work(conn: Any) -> int:
+            return int(
+                conn.execute(
+                    "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error, owner, lease_until) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                    "%s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (key) DO UPDATE SET "
+                    "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
+                    "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
+                    "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
+                    (k, *row[1:], self.owner_id, self.lease, CHANNEL, payload),
+                ).fetchone()[0]
+            )
+
+        return int(self._do(work))
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        """replace_all(): every row stored as a new generation and held by this process, and every other
+        key deleted (`removed` is not needed: the database knows them), in one transaction; the others
+        are notified. Returns the generations stored, in the order of rows."""
+        keys = [encode_key(r.key) for r in rows]
+        columns = list(zip(*(r[1:] for r in rows), strict=True)) if rows else [[]] * 6
+        payload = json.dumps({"o": self.owner_id, "all": True})
+
+        def work(conn: Any) -> list[int]:
+            with conn.transaction():
+                conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
+                conn.execute("DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s))", (keys,))
+                result = conn.execute(
+                    "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error, owner, lease_until) SELECT u.*, %s, clock_timestamp() + "
+                    "make_interval(secs => %s) FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], "
+                    "%s::bigint[], %s::bigint[], %s::text[]) AS u ON CONFLICT (key) DO UPDATE SET "
+                    "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
+                    "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
+                    "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "RETURNING key, generation",
+                    (self.owner_id, self.lease, keys, *[list(c) for c in columns]),
+                ).fetchall()
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            generations = dict(result)
+            return [int(generations[k]) for k in keys]
+
+        return list(self._do(work))
+
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
+        """Write the state of keys this process holds, at their generation (fenced: a key another process
+        took over, or a newer generation, is left as it is), and mark fires finished, in one
+        transaction."""
+        fires = [(f.finished_at, f.error, encode_key(f.key), f.generation, f.scheduled_for) for f in finished]
+        if not rows and not fires:
+            return
+        keys = [encode_key(r.key) for r in rows]
+        columns = [list(c) for c in zip(*(r[2:] for r in rows), strict=True)] if rows else [[]] * 5
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                if fires:
+                    conn.cursor().executemany(
+                        "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+                        "WHERE key = %s AND generation = %s AND scheduled_for = %s",
+                        fires,
+                    )
+                if keys:
+                    conn.execute(
+                        "UPDATE timerwheel_keys AS t SET state = u.state, next_run_at = u.next_run_at, "
+                        "last_scheduled_for = u.last_scheduled_for, last_error = u.last_error "
+                        "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], "
+                        "%s::text[]) AS u(key, generation, state, next_run_at, last_scheduled_for, "
+                        "last_error) "
+                        "WHERE t.key = u.key AND t.generation = u.generation AND t.owner = %s",
+                        (keys, *columns, self.owner_id),
+                    )
+
+        self._do(work)
+
+    def delete(self, key: Hashable) -> bool:
+        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed."""
+        k = encode_key(key)
+        payload = json.dumps({"o": self.owner_id, "k": [k]})
+
+        def work(conn: Any) -> bool:
+            with conn.transaction():
+                conn.execute("DELETE FROM timerwheel_fires WHERE key = %s", (k,))
+                gone = conn.execute("DELETE FROM timerwheel_keys WHERE key = %s", (k,)).rowcount
+                if gone:
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            return bool(gone)
+
+        return bool(self._do(work))
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+        """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
+        this process holds the key at that generation; False (nothing written) otherwise, or if the fire
+        was taken already."""
+        k = encode_key(row.key)
+        return bool(
+            self._do(
+                lambda conn: conn.execute(
+                    "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        k,
+                        row.generation,
+                        scheduled_for,
+                        started_at,
+                        self.owner_id,
+                        rerun,
+                        self.lease,
+                        row.state,
+                        row.next_run_at,
+                        row.last_error,
+                    ),
+                ).fetchone()[0]
+            )
+        )
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        """Mark the fire finished; write the key's row (unless None) if this process still holds it at
+        that generation."""
+        k = encode_key(key)
+        fire = (
+            "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+            "WHERE key = %s AND generation = %s AND scheduled_for = %s"
+        )
+        args: tuple[Any, ...] = (finished_at, error, k, generation, scheduled_for)
+        if row is None:
+            statement = fire
+        else:
+            statement = (
+                f"WITH f AS ({fire}) UPDATE timerwheel_keys SET state = %s, next_run_at = %s, "
+                "last_scheduled_for = %s, last_error = %s WHERE key = %s AND generation = %s AND owner = %s"
+            )
+            args += (row.state, row.next_run_at, row.last_scheduled_for, row.last_error, k, generation)
+            args += (self.owner_id,)
+        self._do(lambda conn: conn.execute(statement, args))
+
+    def release(self, keys: Iterable[Hashable]) -> None:
+        """Give keys back (held by this process no more): any process may claim them at once."""
+        encoded = [encode_key(k) for k in keys]
+        if not encoded:
+            return
+        self._do(
+            lambda conn: conn.execute(
+                "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
+                "WHERE owner = %s AND key = ANY(%s)",
+                (self.owner_id, encoded),
+            )
+        )
+
+    def close(self) -> None:
+        """Stop the store's threads, give back every key this process holds (the others take them over at
+        their next claim, without waiting for the lease), and close the connections. Idempotent."""
+        if self._closed:
+            return
+        self._stop.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+        try:
+            self._do(
+                lambda conn: conn.execute(
+                    "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
+                    "WHERE owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
+                    (self.owner_id, self.owner_id),
+                )
+            )
+        except Exception as exc:  # unreachable: the leases lapse by themselves
+            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
+        with self._lock:
+            self._closed = True
+            self._drop_connection()
+        self._holder = None
+
+    # -- sharing: the keeper and the listener threads -------------------------------------------------
+
+    def attach(self, holder: Any) -> None:
+        """Start sharing (KeyedScheduler.start() calls it): the keeper thread claims and renews keys for
+        `holder`, the listener thread tells it of the others' changes."""
+        self._holder = holder
+        self._valid_until = time.monotonic() + self.lease  # (what its upserts hold, until a renewal)
+        for target, name in ((self._keep, "keeper"), (self._listen, "listener")):
+            thread = threading.Thread(target=target, name=f"timerwheel-postgres-{name}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def _keep(self) -> None:
+        conn: Any = None
+        failures = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._connect()
+                self._pass(conn, started)
+                failures = 0
+                self._lost_said = False
+            except Exception as exc:
+                failures += 1
+                if conn is not None and (conn.closed or conn.broken):
+                    conn = None
+                if failures == 1:
+                    logger.error("timerwheel: the %s cannot renew its leases (%r); retrying", self.name, exc)
+                if time.monotonic() >= self._valid_until and not self._lost_said and self._holder is not None:
+                    self._lost_said = True
+                    logger.error(
+                        "timerwheel: the %s lost its leases (the database was unreachable for %.1f s, the "
+                        "lease): this process stops firing the keys it held, until it reaches the database",
+                        self.name,
+                        self.lease,
+                    )
+                    self._holder._shared_lost()
+            self._stop.wait(max(0.0, self.lease / 3 - (time.monotonic() - started)))
+        if conn is not None:
+            conn.close()
+
+    def _pass(self, conn: Any, started: float) -> None:
+        """One round of the keeper: heartbeat, renew, reconcile, then give back or claim up to a share."""
+        holder = self._holder
+        if holder is None:
+            return
+        self._measure_offset(conn)
+        live, total = conn.execute(
+            "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+            "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
+            "d AS (DELETE FROM timerwheel_owners WHERE lease_until < clock_timestamp() - interval '1 day') "
+            "SELECT (SELECT count(*) FROM timerwheel_owners WHERE lease_until > clock_timestamp() "
+            "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys)",
+            (self.owner_id, self.lease, self.owner_id),
+        ).fetchone()
+        stamp = holder._shared_stamp()
+        held = conn.execute(
+            "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+            "WHERE owner = %s RETURNING key, generation",
+            (self.lease, self.owner_id),
+        ).fetchall()
+        self._valid_until = started + self.lease
+        holder._shared_reconcile({decode_key(k): g for k, g in held}, stamp)
+        share = -(-total // live)
+        if len(held) > share:
+            holder._shared_shed(len(held) - share)
+        elif len(held) < share:
+            with conn.transaction():
+                rows = conn.execute(
+                    f"UPDATE timerwheel_keys SET owner = %s, lease_until = clock_timestamp() + "
+                    f"make_interval(secs => %s) WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner IS "
+                    f"NULL OR lease_until IS NULL OR lease_until < clock_timestamp() ORDER BY next_run_at "
+                    f"NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_COLUMNS}",
+                    (self.owner_id, self.lease, min(share - len(held), 10_000)),
+                ).fetchall()
+                fires = []
+                if rows:
+                    fires = conn.execute(
+                        "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
+                        "WHERE finished_at IS NULL AND key = ANY(%s) ORDER BY key, scheduled_for",
+                        ([r[0] for r in rows],),
+                    ).fetchall()
+            if rows:
+                holder._shared_adopt(
+                    [StoredKey(decode_key(k), *rest) for k, *rest in rows],
+                    [StoredFire(decode_key(k), g, at, n) for k, g, at, n in fires],
+                )
+
+    def _listen(self) -> None:
+        conn: Any = None
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._connect()
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    if self._holder is not None:  # what was said while we were not listening
+                        self._heard(conn, None)
+                # (taken first, then handled: the connection cannot run a query while it yields them)
+                for note in list(conn.notifies(timeout=0.25, stop_after=1)):
+                    self._heard(conn, note.payload)
+            except Exception as exc:
+                if conn is not None and (conn.closed or conn.broken):
+                    conn = None
+                logger.debug("timerwheel: the %s listener: %r; reconnecting", self.name, exc)
+                self._stop.wait(0.25)
+        if conn is not None:
+            conn.close()
+
+    def _heard(self, conn: Any, payload: str | None) -> None:
+        """Another process changed keys: tell the holder what the database says of those it holds."""
+        holder = self._holder
+        if holder is None:
+            return
+        if payload is not None:
+            try:
+                note = json.loads(payload)
+            except ValueError:
+                return
+            if note.get("o") == self.owner_id:
+                return
+        stamp = holder._shared_stamp()
+        if payload is None or note.get("all"):
+            rows = conn.execute(
+                "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+            ).fetchall()
+            holder._shared_reconcile({decode_key(k): g for k, g in rows}, stamp)
+            return
+        keys = [k for k in note.get("k", ()) if isinstance(k, str)]
+        rows = conn.execute(
+            "SELECT key, generation, owner FROM timerwheel_keys WHERE key = ANY(%s)", (keys,)
+        ).fetchall()
+        found = {k: (g, o) for k, g, o in rows}
+        changes = {}
+        for k in keys:
+            g, o = found.get(k, (None, None))
+            changes[decode_key(k)] = g if o == self.owner_id else None
+        holder._shared_changed(changes, stamp, {decode_key(k) for k in keys if k not in found})
+
+    # -- for tests and operators --------------------------------------------------------------------
+
+    def held(self) -> int:
+        """How many keys the database says this process holds."""
+        return int(
+            self._do(
+                lambda conn: conn.execute(
+                    "SELECT count(*) FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                ).fetchone()[0]
+            )
+        )

@@ -1,0 +1,23 @@
+"""The reproducers of the hostile reviews, each a script in tests/regressions/ that exits 0 when the
+behaviour it checks holds (and printed FAIL, exit 1, on the code it was written against). Each runs in a
+process of its own: some kill themselves with SIGKILL, some watch for a deadlock; the backend is the one
+under test (TIMERWHEEL_NO_EXTENSIONS is inherited)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = sorted((Path(__file__).parent / "regressions").glob("[0-9]*.py"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
+def test_reproducer_of_a_review_finding_holds(script: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False
+    )
+    assert done.returncode == 0, f"{script.name}:\n{done.stdout}\n{done.stderr}"
+    assert "FAIL" not in done.stdout
