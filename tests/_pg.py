@@ -54,11 +54,13 @@ class Server:
         if self.as_root:
             shutil.chown(self.dir, "postgres", "postgres")
         self.run("initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.dir} "
-            "-c fsync=off -c max_connections=200 -c shared_buffers=64MB"
-        )
-        self.run("pg_ctl", "-D", self.data, "-o", options, "-l", os.path.join(self.dir, "log"), "-w", "start")
+        with open(os.path.join(self.data, "postgresql.conf"), "a", encoding="utf-8") as conf:
+            conf.write(  # (kept across a pause and resume; root may write it, postgres reads it)
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"unix_socket_directories = '{self.dir}'\n"
+                "fsync = off\nmax_connections = 200\nshared_buffers = 64MB\n"
+            )
+        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "start")
         self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
         deadline = time.monotonic() + 30
         while True:  # pg_ctl -w waited already; this only makes sure TCP answers too
@@ -75,6 +77,13 @@ class Server:
         if self.as_root:
             command = ["runuser", "-u", "postgres", "--", *command]
         subprocess.run(command, check=True, capture_output=True, cwd=self.dir)
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data (resume() starts it again on the same port)."""
+        self.run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "start")
 
     def stop(self) -> None:
         try:

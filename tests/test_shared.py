@@ -311,6 +311,30 @@ def test_after_the_whole_cluster_was_down_each_key_catches_up_once(dsn: str) -> 
     assert sum(missed) == 40 * 9  # and the other 9 of each reported, once
 
 
+@pytest.mark.realtime
+def test_a_database_that_goes_away_stops_the_firing_and_then_it_resumes(caplog: Any) -> None:
+    server = _pg.Server()  # (its own: it is stopped and started again)
+    try:
+        runs: collections.Counter[Any] = collections.Counter()
+        node = Node(server.dsn, runs, lease=1.0)
+        node.keyed.replace_all({i: None for i in range(20)})
+        wait_for(lambda: len(runs) >= 40, 5.0, "the keys fire")
+        server.pause()
+        # The keeper renews every 0.33 s; after a whole lease (1 s) without renewal it drops the keys.
+        wait_for(lambda: len(node.keyed) == 0, 5.0, "the keys are dropped once the leases lapsed")
+        assert "lost its leases" in caplog.text
+        during = sum(runs.values())
+        time.sleep(0.5)
+        assert sum(runs.values()) == during  # nothing fires without the database
+        server.resume()
+        wait_for(lambda: len(node.keyed) == 20, 10.0, "the keys are claimed again")
+        wait_for(lambda: sum(runs.values()) >= during + 40, 5.0, "and fire again")
+        node.close()
+        assert max(runs.values()) == 1
+    finally:
+        server.stop()
+
+
 # -- real processes ---------------------------------------------------------------------------------
 
 
