@@ -381,6 +381,7 @@ class KeyedScheduler:
         self._shared = bool(getattr(store, "shared", False))
         self._stamps: dict[Hashable, int] = {}  # shared: when each key was taken here (see _shared_*)
         self._stamp = 0
+        self._leases_lost = False  # shared: the store could not renew for a whole lease (see _shared_lost)
         self._catch_up = catch_up
         self._max_catch_up = max_catch_up
         self._grace = misfire_grace
@@ -394,6 +395,7 @@ class KeyedScheduler:
         self._group: Any = None  # the view of the keys given to the engine's add_calendar()
         self._unfinished: dict[Hashable, list[StoredFire]] = {}
         self._unrecorded: list[FinishedFire] = []  # ends of runs the store failed to record, to retry
+        self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
         if self._durable:
             self._load()
             store._owner = self  # type: ignore[attr-defined]
@@ -494,6 +496,10 @@ class KeyedScheduler:
                 self._set_state(rec, KeyState.DISABLED)
             if self._engine is not None:
                 self._engine.remove_calendar(self._group)
+            if self._shared and self._started:
+                # Every key not running is given back now; the running ones when their runs end (their
+                # leases are renewed meanwhile, so that nobody runs them again while they go).
+                self._store.detach([k for k, rec in self._keys.items() if rec.running])  # type: ignore[attr-defined]
 
     def _release_store(self) -> None:
         """Close the store once no run is going (a run still going releases it when it finishes, so that
@@ -733,7 +739,9 @@ class KeyedScheduler:
         `cancel` (default: cancel_running_on_remove)."""
         rec = self._keys.pop(key)
         self._loaded.discard(key)
-        self._stamps.pop(key, None)
+        self._handed.pop(rec, None)
+        if self._shared:
+            self._taken(key)  # (a tombstone: what the database said before now does not bring it back)
         rec.generation += 1
         rec.catch_up = None
         self._disarm(rec)
@@ -894,10 +902,11 @@ class KeyedScheduler:
             return
         rec.last_call = engine._calls
         queue = rec.catch_up
-        if queue:
-            scheduled_for, rerun = queue.pop(0)
-            if not queue:
-                rec.catch_up = None
+        if queue:  # (it stays at the head until its run begins: a key given away meanwhile keeps it)
+            scheduled_for, rerun = queue[0]
+            if self._handed.get(rec) == scheduled_for:
+                return  # handed over already, and not begun yet: its run arms the next one
+            self._handed[rec] = scheduled_for
         else:
             scheduled_for, rerun = rec.wall, False
         engine.schedule_at(
@@ -909,18 +918,22 @@ class KeyedScheduler:
         fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
         With a durable store the fire is committed as started, with the key's row, before the run."""
         with self._lock:
+            if self._handed and self._handed.get(rec) == scheduled_for:
+                del self._handed[rec]
             if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
                 return _STALE
             if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
                 # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
                 # for its end, so that a key's runs never overlap (_end arms it again).
-                rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+                _keep_first(rec, scheduled_for, rerun)
                 return _STALE
             wall_now = self._wall_now()
             at: float | None
             error: BaseException | None
-            if rec.catch_up:  # more catch-up fires follow this one: the next is the next run
-                state, at, last_error, error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error, None
+            queue = rec.catch_up
+            rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
+            if rest:  # more catch-up fires follow this one: the next is the next run
+                state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
             elif self._reschedule is Reschedule.BEFORE_RUN:
                 # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
                 result = _advancing(
@@ -947,12 +960,14 @@ class KeyedScheduler:
                     self._retry(rec, scheduled_for, rerun, exc, wall_now)
                     return _STALE
                 if not taken:  # taken already (or, a shared store, the key is held elsewhere): the next one
+                    rec.catch_up = rest or None
                     if rec.catch_up:
                         self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
                     else:
                         after = self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for))
                         self._planned(rec, _advancing(after, scheduled_for))
                     return _STALE
+            rec.catch_up = rest or None  # (taken: off the queue)
             rec.last_scheduled_for = scheduled_for
             ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
             rec.running += 1
@@ -979,14 +994,14 @@ class KeyedScheduler:
         log_safely(
             logger,
             (KeyboardInterrupt, SystemExit),
-            logging.ERROR,
+            logging.DEBUG if self._leases_lost else logging.ERROR,
             "timerwheel: the %s failed to record a fire of key %r (%r); retrying in 1 s",
             self._store.name,
             rec.key,
             error,
             exc_info=error,
         )
-        rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+        _keep_first(rec, scheduled_for, rerun)
         rec.last_error = _describe(error)
         if self._engine is not None and rec.id is None:
             self._engine.add_wall_timer(rec, wall_now + 1.0)
@@ -1095,6 +1110,11 @@ class KeyedScheduler:
             if self._all_done is not None and not any(r.running for r in self._keys.values()):
                 self._all_done.set()
             if self._closed:
+                if self._shared and not rec.running and self._store_open():
+                    try:  # (closed: its key goes back as soon as its run ended, not with the last one)
+                        self._store.release([rec.key])  # type: ignore[attr-defined]
+                    except Exception as exc:  # its lease lapses by itself
+                        logger.warning("timerwheel: giving key %r back failed (%r)", rec.key, exc)
                 self._release_store()
         if started:
             self._call(self._on_finish, rec.key, data, error)
@@ -1103,13 +1123,17 @@ class KeyedScheduler:
         """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
         next run is planned afresh (the head of its catch-up queue, if it has one)."""
         with self._lock:
+            if self._handed and self._handed.get(rec) == scheduled_for:
+                del self._handed[rec]
             if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
                 return
             if rec.id is not None:
                 return  # armed meanwhile (an upsert)
             rec.last_error = f"Dropped: the run of {_iso(scheduled_for)} was dropped (backpressure)"
             if rerun:  # an interrupted fire to run again: it stays first in line
-                rec.catch_up = [(scheduled_for, rerun), *(rec.catch_up or ())]
+                _keep_first(rec, scheduled_for, rerun)
+            elif rec.catch_up and rec.catch_up[0][0] == scheduled_for:  # a dropped catch-up fire: gone
+                rec.catch_up = rec.catch_up[1:] or None
             result: Any = None
             if rec.catch_up:
                 outcome: tuple[KeyState, float | None, str | None] = (
@@ -1334,12 +1358,16 @@ class KeyedScheduler:
         finally:
             self._lock.release()
 
-    def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire]) -> None:
-        """Keys the store claimed for this process: recovered, caught up and armed here."""
+    def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
+        """Keys the store claimed for this process (rows read as of `stamp`): recovered, caught up and
+        armed here. A key upserted, removed or dropped here since is left as it is now."""
 
         def work() -> None:
             recs = []
+            unrecorded = {(f.key, f.generation, f.scheduled_for) for f in self._unrecorded}
             for row in rows:
+                if self._stamps.get(row.key, 0) > stamp:
+                    continue
                 old = self._keys.get(row.key)
                 if old is not None:
                     if old.generation == row.generation:
@@ -1349,8 +1377,10 @@ class KeyedScheduler:
                 rec = self._keys[row.key] = self._record(row)
                 self._taken(row.key)
                 recs.append(rec)
-            for fire in fires:
-                self._unfinished.setdefault(fire.key, []).append(fire)
+            taken = {rec.key for rec in recs}
+            for fire in fires:  # (a run whose end this process failed to record did end: not run again)
+                if fire.key in taken and (fire.key, fire.generation, fire.scheduled_for) not in unrecorded:
+                    self._unfinished.setdefault(fire.key, []).append(fire)
             try:
                 plans = self._decide_all(recs, self._wall_now())
             except BaseException:  # not taken here after all: the next round gives them back
@@ -1369,7 +1399,10 @@ class KeyedScheduler:
         not here is given back, for a claim to take it."""
 
         def work() -> None:
+            self._leases_lost = False
             stamps = self._stamps
+            for key in [k for k, at in stamps.items() if at <= stamp and k not in self._keys]:
+                del stamps[key]  # (tombstones older than this round: no earlier claim is pending now)
             for key in [k for k, rec in self._keys.items() if stamps.get(k, 0) <= stamp]:
                 if held.get(key) != self._keys[key].generation:
                     logger.warning("timerwheel: key %r was taken over by another process", key)
@@ -1396,6 +1429,11 @@ class KeyedScheduler:
 
         self._post(work)
 
+    def _shared_flush(self) -> None:
+        """Record the ends of runs the store failed to record (before the keeper claims keys: a claimed
+        key's unfinished fire would otherwise be run again)."""
+        self._post(self._record_unrecorded)
+
     def _shared_shed(self, count: int) -> None:
         """This process holds `count` keys more than its share: give back that many of those not running,
         the latest due first."""
@@ -1411,13 +1449,10 @@ class KeyedScheduler:
         self._post(work)
 
     def _shared_lost(self) -> None:
-        """The store could not renew its leases for a whole lease: stop firing every key held here."""
-
-        def work() -> None:
-            for key in list(self._keys):
-                self._forget(key, cancel=False)
-
-        self._post(work)
+        """The store could not renew its leases for a whole lease. Nothing fires here meanwhile anyway (a
+        fire is taken in the database); the keys stay, and the next renewal keeps those nobody took over
+        (reconcile drops the others). Until then the retries of their fires are logged at DEBUG only."""
+        self._leases_lost = True
 
     def _decide(self, rec: _Key, wall_now: float) -> _Plan:
         """What a stored key does at start (or when a shared store's claim brings it here): its
@@ -1605,6 +1640,14 @@ def _advancing(result: Any, scheduled_for: float) -> Any:
             "key would run again at once, without end (return None to stop it)"
         )
     return result
+
+
+def _keep_first(rec: _Key, scheduled_for: float, rerun: bool) -> None:
+    """Put a fire first in its key's catch-up queue (unless it is there: a fire stays at the head until
+    its run begins)."""
+    queue = rec.catch_up
+    if not queue or queue[0][0] != scheduled_for:
+        rec.catch_up = [(scheduled_for, rerun), *(queue or ())]
 
 
 def _iso(t: float) -> str:

@@ -111,6 +111,16 @@ _SCHEMA = [
 ]
 
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
+_MAX_LEASE = 366 * 86400.0  # seconds: a year (a timestamptz holds it; beyond, nothing is gained)
+MAX_KEY = 1000  # characters of a key's JSON: it travels in NOTIFY payloads (8000 bytes) and an index
+
+
+def _key(key: Any) -> str:
+    """A key as stored (see encode_key), and not longer than MAX_KEY characters: ValueError naming key."""
+    k = encode_key(key)
+    if len(k) > MAX_KEY:
+        raise ValueError(f"key: at most {MAX_KEY} characters (as JSON) with a PostgresStore, got {len(k)}")
+    return k
 
 
 def _redacted(dsn: str) -> str:
@@ -143,7 +153,7 @@ class PostgresStore:
 
     Raises:
         TypeError: dsn is not a str; lease is not a number.
-        ValueError: lease is not finite and >= 0.3.
+        ValueError: lease is not between 0.3 s and a year.
         StoreError: the database cannot be reached, or holds a timerwheel schema of a newer version.
         ImportError: psycopg is not installed.
     """
@@ -157,8 +167,8 @@ class PostgresStore:
         if isinstance(lease, bool) or not isinstance(lease, (int, float)):
             raise TypeError(f"lease must be a number of seconds, not {type(lease).__name__}")
         lease = float(lease)
-        if not math.isfinite(lease) or lease < 0.3:
-            raise ValueError(f"lease must be finite and >= 0.3 seconds, got {lease!r}")
+        if not math.isfinite(lease) or not 0.3 <= lease <= _MAX_LEASE:
+            raise ValueError(f"lease must be between 0.3 and {_MAX_LEASE:.0f} seconds, got {lease!r}")
         try:
             import psycopg
         except ImportError:
@@ -180,6 +190,7 @@ class PostgresStore:
         self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
         self._lost_said = False
         self._owner: Any = None  # the KeyedScheduler that uses this store (one at a time)
+        self._detached = False  # its KeyedScheduler closed: renew what runs, claim nothing
         try:
             with self._lock:
                 self._migrate(self._connection())
@@ -198,7 +209,14 @@ class PostgresStore:
 
     def _connect(self) -> Any:
         return self._psycopg.connect(
-            self.dsn, autocommit=True, connect_timeout=10, application_name=self._application
+            self.dsn,
+            autocommit=True,
+            connect_timeout=10,
+            application_name=self._application,
+            keepalives=1,  # (a half-open connection is noticed in about 15 s, not in hours)
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=5,
         )
 
     def _connection(self) -> Any:
@@ -216,15 +234,21 @@ class PostgresStore:
                 conn.close()
 
     def _do(self, work: Callable[[Any], Any]) -> Any:
-        """Run `work(connection)` on the main connection; once more on a fresh connection if the first
-        one was lost (every statement of the store may be repeated: see timerwheel_start_fire)."""
+        """Run `work(connection)` on the main connection; again on a fresh connection if the first one
+        was lost, and again after a deadlock or a serialization failure (every statement of the store
+        may be repeated: see timerwheel_start_fire)."""
+        errors = self._psycopg.errors
         with self._lock:
-            for attempt in (1, 2):
+            for attempt in range(1, 5):
                 conn = self._connection()
                 try:
                     return work(conn)
+                except (errors.DeadlockDetected, errors.SerializationFailure):
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.01 * attempt)
                 except self._psycopg.OperationalError:
-                    if attempt == 2 or not (conn.closed or conn.broken):
+                    if attempt >= 2 or not (conn.closed or conn.broken):
                         raise
                     self._drop_connection()
             raise AssertionError("unreachable")
@@ -274,7 +298,7 @@ class PostgresStore:
     def put(self, row: StoredKey) -> int:
         """A user's change of a key (upsert): stored as a new generation (one above any stored), held by
         this process from now on; the others are notified. Returns the generation stored."""
-        k = encode_key(row.key)
+        k = _key(row.key)
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> int:
@@ -298,11 +322,13 @@ class PostgresStore:
         """replace_all(): every row stored as a new generation and held by this process, and every other
         key deleted (`removed` is not needed: the database knows them), in one transaction; the others
         are notified. Returns the generations stored, in the order of rows."""
-        keys = [encode_key(r.key) for r in rows]
+        order = [_key(r.key) for r in rows]
+        rows = sorted(rows, key=lambda r: _key(r.key))  # (rows locked in one order: no deadlock between two)
+        keys = [_key(r.key) for r in rows]
         columns = list(zip(*(r[1:] for r in rows), strict=True)) if rows else [[]] * 6
         payload = json.dumps({"o": self.owner_id, "all": True})
 
-        def work(conn: Any) -> list[int]:
+        def work(conn: Any) -> dict[str, int]:
             with conn.transaction():
                 conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
                 conn.execute("DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s))", (keys,))
@@ -319,10 +345,10 @@ class PostgresStore:
                     (self.owner_id, self.lease, keys, *[list(c) for c in columns]),
                 ).fetchall()
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-            generations = dict(result)
-            return [int(generations[k]) for k in keys]
+            return dict(result)
 
-        return list(self._do(work))
+        generations = self._do(work)
+        return [int(generations[k]) for k in order]
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
         """Write the state of keys this process holds, at their generation (fenced: a key another process
@@ -331,7 +357,8 @@ class PostgresStore:
         fires = [(f.finished_at, f.error, encode_key(f.key), f.generation, f.scheduled_for) for f in finished]
         if not rows and not fires:
             return
-        keys = [encode_key(r.key) for r in rows]
+        rows = sorted(rows, key=lambda r: _key(r.key))
+        keys = [_key(r.key) for r in rows]
         columns = [list(c) for c in zip(*(r[2:] for r in rows), strict=True)] if rows else [[]] * 5
 
         def work(conn: Any) -> None:
@@ -357,7 +384,7 @@ class PostgresStore:
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires, wherever it is held (the others are notified). True if it existed."""
-        k = encode_key(key)
+        k = _key(key)
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> bool:
@@ -374,7 +401,7 @@ class PostgresStore:
         """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
         this process holds the key at that generation; False (nothing written) otherwise, or if the fire
         was taken already."""
-        k = encode_key(row.key)
+        k = _key(row.key)
         return bool(
             self._do(
                 lambda conn: conn.execute(
@@ -406,7 +433,7 @@ class PostgresStore:
     ) -> None:
         """Mark the fire finished; write the key's row (unless None) if this process still holds it at
         that generation."""
-        k = encode_key(key)
+        k = _key(key)
         fire = (
             "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
             "WHERE key = %s AND generation = %s AND scheduled_for = %s"
@@ -425,7 +452,7 @@ class PostgresStore:
 
     def release(self, keys: Iterable[Hashable]) -> None:
         """Give keys back (held by this process no more): any process may claim them at once."""
-        encoded = [encode_key(k) for k in keys]
+        encoded = sorted(_key(k) for k in keys)
         if not encoded:
             return
         self._do(
@@ -435,6 +462,22 @@ class PostgresStore:
                 (self.owner_id, encoded),
             )
         )
+
+    def detach(self, running: list[Hashable]) -> None:
+        """The KeyedScheduler closes: claim nothing more, give back every key held but those whose runs
+        are still going (their leases are renewed until close())."""
+        self._detached = True
+        keep = [_key(k) for k in running]
+        try:
+            self._do(
+                lambda conn: conn.execute(
+                    "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
+                    "WHERE owner = %s AND NOT (key = ANY(%s))",
+                    (self.owner_id, keep),
+                )
+            )
+        except Exception as exc:  # unreachable: the leases lapse by themselves
+            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
 
     def close(self) -> None:
         """Stop the store's threads, give back every key this process holds (the others take them over at
@@ -480,7 +523,9 @@ class PostgresStore:
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
-                self._pass(conn, started)
+                # (the first round after a failure renews and claims nothing: after an outage of the
+                # database every process takes its own keys back before any takes another's)
+                self._pass(conn, started, claim=failures == 0)
                 failures = 0
                 self._lost_said = False
             except Exception as exc:
@@ -493,21 +538,30 @@ class PostgresStore:
                     self._lost_said = True
                     logger.error(
                         "timerwheel: the %s lost its leases (the database was unreachable for %.1f s, the "
-                        "lease): this process stops firing the keys it held, until it reaches the database",
+                        "lease): other processes may take its keys over; none fires here until it reaches "
+                        "the database again, and then it keeps those that nobody took",
                         self.name,
                         self.lease,
                     )
                     self._holder._shared_lost()
-            self._stop.wait(max(0.0, self.lease / 3 - (time.monotonic() - started)))
+            period = min(0.1, self.lease / 3) if failures else self.lease / 3  # (back soon after an outage)
+            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
         if conn is not None:
             conn.close()
 
-    def _pass(self, conn: Any, started: float) -> None:
+    def _pass(self, conn: Any, started: float, claim: bool = True) -> None:
         """One round of the keeper: heartbeat, renew, reconcile, then give back or claim up to a share."""
         holder = self._holder
         if holder is None:
             return
         self._measure_offset(conn)
+        if self._detached:  # (closing: only the leases of the runs still going, until close())
+            conn.execute(
+                "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE owner = %s",
+                (self.lease, self.owner_id),
+            )
+            return
         live, total = conn.execute(
             "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
             "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
@@ -517,17 +571,20 @@ class PostgresStore:
             (self.owner_id, self.lease, self.owner_id),
         ).fetchone()
         stamp = holder._shared_stamp()
-        held = conn.execute(
+        held = conn.execute(  # (rows locked in key order: no deadlock with a replace_all elsewhere)
             "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
-            "WHERE owner = %s RETURNING key, generation",
-            (self.lease, self.owner_id),
+            "WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner = %s ORDER BY key FOR UPDATE) "
+            "AND owner = %s RETURNING key, generation",
+            (self.lease, self.owner_id, self.owner_id),
         ).fetchall()
         self._valid_until = started + self.lease
         holder._shared_reconcile({decode_key(k): g for k, g in held}, stamp)
         share = -(-total // live)
         if len(held) > share:
             holder._shared_shed(len(held) - share)
-        elif len(held) < share:
+        elif len(held) < share and claim:
+            holder._shared_flush()  # (ends of runs not recorded yet: recorded before any claim)
+            stamp = holder._shared_stamp()
             with conn.transaction():
                 rows = conn.execute(
                     f"UPDATE timerwheel_keys SET owner = %s, lease_until = clock_timestamp() + "
@@ -547,6 +604,7 @@ class PostgresStore:
                 holder._shared_adopt(
                     [StoredKey(decode_key(k), *rest) for k, *rest in rows],
                     [StoredFire(decode_key(k), g, at, n) for k, g, at, n in fires],
+                    stamp,
                 )
 
     def _listen(self) -> None:
@@ -572,7 +630,7 @@ class PostgresStore:
     def _heard(self, conn: Any, payload: str | None) -> None:
         """Another process changed keys: tell the holder what the database says of those it holds."""
         holder = self._holder
-        if holder is None:
+        if holder is None or self._detached:
             return
         if payload is not None:
             try:
