@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import math
+import queue
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta, timezone
@@ -396,6 +397,8 @@ class KeyedScheduler:
         self._unfinished: dict[Hashable, list[StoredFire]] = {}
         self._unrecorded: list[FinishedFire] = []  # ends of runs the store failed to record, to retry
         self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
+        self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
+        self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
         if self._durable:
             self._load()
             store._owner = self  # type: ignore[attr-defined]
@@ -498,8 +501,11 @@ class KeyedScheduler:
                 self._engine.remove_calendar(self._group)
             if self._shared and self._started:
                 # Every key not running is given back now; the running ones when their runs end (their
-                # leases are renewed meanwhile, so that nobody runs them again while they go).
-                self._store.detach([k for k, rec in self._keys.items() if rec.running])  # type: ignore[attr-defined]
+                # leases are renewed meanwhile, so that nobody runs them again while they go), and those
+                # whose last end is not recorded yet with close().
+                self._record_unrecorded()
+                keep = {k for k, rec in self._keys.items() if rec.running} | {f.key for f in self._unrecorded}
+                self._store.detach(list(keep))  # type: ignore[attr-defined]
 
     def _release_store(self) -> None:
         """Close the store once no run is going (a run still going releases it when it finishes, so that
@@ -1112,7 +1118,7 @@ class KeyedScheduler:
             if self._closed:
                 if self._shared and not rec.running and self._store_open():
                     try:  # (closed: its key goes back as soon as its run ended, not with the last one)
-                        self._store.release([rec.key])  # type: ignore[attr-defined]
+                        self._release([rec.key])
                     except Exception as exc:  # its lease lapses by itself
                         logger.warning("timerwheel: giving key %r back failed (%r)", rec.key, exc)
                 self._release_store()
@@ -1181,6 +1187,8 @@ class KeyedScheduler:
             except Exception:
                 return  # (still failing: the next write tries again)
             self._unrecorded.pop(0)
+            if self._shared:
+                self._recorded_late.add((fire.key, fire.generation, fire.scheduled_for))
 
     def _run_key(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
@@ -1327,14 +1335,17 @@ class KeyedScheduler:
         """The stamp now (read by the store before it asks the database)."""
         return self._stamp
 
-    def _post(self, work: Callable[[], None]) -> None:
-        """Run `work` where the keys may be touched, from a store's thread."""
+    def _post(self, work: Callable[[], None], when_closed: Callable[[], None] | None = None) -> None:
+        """Run `work` where the keys may be touched, from a store's thread (`when_closed` instead, if the
+        KeyedScheduler is closed by then)."""
 
         def guarded() -> None:
             try:
                 with self._lock:
                     if not self._closed:
                         work()
+                    elif when_closed is not None and self._store_open():
+                        when_closed()
             except Exception as exc:
                 log_safely(
                     logger,
@@ -1349,14 +1360,32 @@ class KeyedScheduler:
             with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
                 self._sched._loop.call_soon_threadsafe(guarded)
             return
+        # A ThreadedScheduler: a thread of ours applies it, in order, so that the store's threads never
+        # wait for the scheduler's lock (a driver that waits for a free worker holds it: the leases would
+        # lapse meanwhile).
+        if self._applier is None:
+            self._applier = queue.SimpleQueue()
+            threading.Thread(
+                target=self._apply_posted, args=(self._applier,), name="timerwheel-keyed-applier", daemon=True
+            ).start()
+        self._applier.put(guarded)
+
+    def _apply_posted(self, posted: queue.SimpleQueue[Callable[[], None]]) -> None:
         stop = getattr(self._store, "_stop", None)
-        while not self._lock.acquire(timeout=0.1):  # (close() joins the store's threads, holding it)
-            if stop is not None and stop.is_set():
-                return
-        try:
-            guarded()
-        finally:
-            self._lock.release()
+        while True:
+            try:
+                guarded = posted.get(timeout=0.1)
+            except queue.Empty:
+                if stop is not None and stop.is_set():
+                    return
+                continue
+            while not self._lock.acquire(timeout=0.1):  # (close() joins the store's threads, holding it)
+                if stop is not None and stop.is_set():
+                    return
+            try:
+                guarded()
+            finally:
+                self._lock.release()
 
     def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
         """Keys the store claimed for this process (rows read as of `stamp`): recovered, caught up and
@@ -1378,6 +1407,8 @@ class KeyedScheduler:
                 self._taken(row.key)
                 recs.append(rec)
             taken = {rec.key for rec in recs}
+            unrecorded |= self._recorded_late  # (recorded since the claim read them: they did end)
+            self._recorded_late.clear()
             for fire in fires:  # (a run whose end this process failed to record did end: not run again)
                 if fire.key in taken and (fire.key, fire.generation, fire.scheduled_for) not in unrecorded:
                     self._unfinished.setdefault(fire.key, []).append(fire)
@@ -1391,7 +1422,10 @@ class KeyedScheduler:
                 raise
             self._apply_all(plans)
 
-        self._post(work)
+        def closed() -> None:  # (claimed as this KeyedScheduler closed: back to the others)
+            self._store.release([row.key for row in rows])  # type: ignore[attr-defined]
+
+        self._post(work, closed)
 
     def _shared_reconcile(self, held: dict[Hashable, int], stamp: int) -> None:
         """What the database says this process holds (key: generation), as of `stamp`: a key held here
@@ -1409,7 +1443,7 @@ class KeyedScheduler:
                     self._forget(key, cancel=False)
             orphans = [k for k in held if k not in self._keys]
             if orphans:
-                self._store.release(orphans)  # type: ignore[attr-defined]
+                self._release(orphans)
 
         self._post(work)
 
@@ -1439,14 +1473,29 @@ class KeyedScheduler:
         the latest due first."""
 
         def work() -> None:
-            idle = [rec for rec in self._keys.values() if not rec.running and not rec.catch_up]
+            self._record_unrecorded()
+            pending = {f.key for f in self._unrecorded}  # (their ends are not in the database yet)
+            idle = [
+                rec
+                for rec in self._keys.values()
+                if not rec.running and not rec.catch_up and rec.key not in pending
+            ]
             idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
             keys = [rec.key for rec in idle[:count]]
             for key in keys:
                 self._forget(key, cancel=False)
-            self._store.release(keys)  # type: ignore[attr-defined]
+            self._release(keys)
 
         self._post(work)
+
+    def _release(self, keys: list[Hashable]) -> None:
+        """Give keys back to the store, but never one whose last run's end is not recorded yet (another
+        process would find that fire unfinished and run it again)."""
+        self._record_unrecorded()
+        pending = {f.key for f in self._unrecorded}
+        keys = [k for k in keys if k not in pending]
+        if keys:
+            self._store.release(keys)  # type: ignore[attr-defined]
 
     def _shared_lost(self) -> None:
         """The store could not renew its leases for a whole lease. Nothing fires here meanwhile anyway (a

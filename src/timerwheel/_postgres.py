@@ -586,6 +586,8 @@ class PostgresStore:
             holder._shared_flush()  # (ends of runs not recorded yet: recorded before any claim)
             stamp = holder._shared_stamp()
             with conn.transaction():
+                if self._detached:  # (its KeyedScheduler closed during this round: claim nothing)
+                    return
                 rows = conn.execute(
                     f"UPDATE timerwheel_keys SET owner = %s, lease_until = clock_timestamp() + "
                     f"make_interval(secs => %s) WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner IS "

@@ -51,7 +51,9 @@ try:
     a_sched.start()
     a = KeyedScheduler(a_sched, grid, run, context=True, store=sa, catch_up=CatchUp.ALL, on_finish=on_finish)
     other = PostgresStore(dsn, lease=1.0)
-    G0 = time.time() - 1.1  # k's fires at G0, G0 + 0.5, G0 + 1.0 are due: catch_up=ALL runs all three
+    # k's fires at G0, G0 + 0.5, G0 + 1.0 are due: catch_up=ALL runs all three. (G0 on a whole
+    # microsecond, as stored: else the grid's next point after the stored G0 may round back to it.)
+    G0 = round((time.time() - 1.1) * 1e6) / 1e6
     other.put(StoredKey("k", "null", 1, "pending", round(G0 * 1e6), None, None))
     other.put(StoredKey("j", "null", 1, "pending", round((time.time() - 0.1) * 1e6), None, None))
     other.release(["k", "j"])
