@@ -1423,7 +1423,7 @@ class KeyedScheduler:
             self._apply_all(plans)
 
         def closed() -> None:  # (claimed as this KeyedScheduler closed: back to the others)
-            self._store.release([row.key for row in rows])  # type: ignore[attr-defined]
+            self._release([row.key for row in rows])
 
         self._post(work, closed)
 
