@@ -78,7 +78,9 @@ def run(module_name: str, seed: int, steps: int = 400) -> None:
         gc.disable()
         for _ in range(rng.randrange(5)):
             Reenter(finalizer(rng.choice(kinds), rng.random(), rng.choice([0.0, 0.0005, 0.01, 1.0, 300.0])))
-        op = rng.choice(["add", "add", "add_at", "cancel", "move", "advance", "advance", "next_due", "clear"])
+        op = rng.choice(
+            ["add", "add", "add_at", "cancel", "move", "advance", "advance", "next_due", "clear", "crowd"]
+        )
         if op == "clear" and rng.random() > 0.1:
             op = "advance"
         tid = rng.choice(sorted(model)) if model and rng.random() < 0.9 else rng.choice(sorted(seen) or [1])
@@ -105,6 +107,9 @@ def run(module_name: str, seed: int, steps: int = 400) -> None:
                 in_advance[0] = False
             elif op == "next_due":
                 main = w.next_due()
+            elif op == "crowd":  # 40 timers close together: a bucket big enough for the slot heap
+                dues = [before + amount + k * 1e-5 for k in range(40)]
+                main = [(w.add_at(due, "crowd"), due) for due in dues]
             else:
                 w.clear()
         finally:
@@ -156,6 +161,9 @@ class Step:
         w, op, model, where = self.w, self.op, self.model, self.where
         if op in ("add", "add_at"):
             self.new_id(self.main, self.when)
+        elif op == "crowd":
+            for timer_id, due in self.main:
+                self.new_id(timer_id, due)
         for entry in self.log:
             if entry[0] == "cancel":
                 _, timer_id, result = entry

@@ -186,3 +186,41 @@ def test_next_due_from_a_finalizer_during_advance_is_never_a_fired_timer(core: M
         core,
     )
     assert out.startswith("ok")
+
+
+@pytest.mark.parametrize("op", ["add", "move_within", "move_into"])
+def test_next_due_from_a_finalizer_while_a_node_is_pushed(op: str) -> None:
+    """The pure-Python slot heap: a placement into its bucket pushes the node after the commit, and Python
+    code may run there (the GC at the node's allocation, or at the call on 3.12+). A finalizer's next_due()
+    then must see the placed timer, not the heap without it. The C twin pushes inside the commit.
+
+    heappush is wrapped to run the finalizer's call at that very point, deterministically (a tuple from
+    the free list does not run the GC, so the Chain of the other tests would rarely reach it)."""
+    from timerwheel import _core_py as core
+
+    w = core.TimerWheel(0.001)
+    crowd = [w.add_at(100.0 + k / 1000, k) for k in range(100)]  # one level-2 slot: a slot heap
+    other = w.add_at(200.0, "other")  # another slot, for move_into
+    w.cancel(crowd[0])
+    assert w.next_due() == 100.001  # found through the slot heap, built now
+    w.cancel(crowd[1])  # the cache is stale again: the next next_due() asks
+    seen = []
+
+    def push(heap: list, node: tuple) -> None:  # type: ignore[type-arg]
+        seen.append(w.next_due())
+        real_push(heap, node)
+
+    real_push = core.heappush
+    core.heappush = push  # type: ignore[assignment]
+    try:
+        if op == "add":
+            w.add_at(100.0005, "new")
+        elif op == "move_within":
+            w.reschedule_at(crowd[50], 100.0005)
+        else:
+            w.reschedule_at(other, 100.0005)
+    finally:
+        core.heappush = real_push  # type: ignore[assignment]
+    assert seen == [100.0005]
+    w._check()
+    assert w.next_due() == 100.0005

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, multiple, rule
 
 from .conftest import BACKENDS
 
@@ -56,6 +56,31 @@ class WheelMachine(RuleBasedStateMachine):
     def add_at(self, offset: float) -> int:
         due = self.wheel.now + offset
         return self._record(self.wheel.add_at(due, object()), due, None)
+
+    @rule(target=ids, delay=delays, width=st.sampled_from([0.0, 0.0005, 0.01, 3.0]))
+    def add_crowd(self, delay: float, width: float) -> Any:
+        """40 timers within `width` of one due: a bucket big enough for the slot heap (HEAP_MIN is 32)."""
+        tids = []
+        for k in range(40):
+            d = delay + width * ((k * 7) % 40) / 40
+            tids.append(self._record(self.wheel.add(d, None), self.wheel.now + d, None))
+        return multiple(*tids)
+
+    @rule(delay=delays, cancel=st.booleans())
+    def move_earliest(self, delay: float, cancel: bool) -> None:
+        """Cancel or move the earliest timer, then ask for the next due: the slot heap's query."""
+        if not self.model:
+            return
+        tid = min(self.model, key=lambda t: self.model[t][:2])
+        if cancel:
+            assert self.wheel.cancel(tid)
+            del self.model[tid]
+            self.dead.add(tid)
+        else:
+            assert self.wheel.reschedule(tid, delay)
+            self.seq += 1
+            self.model[tid] = (self.wheel.now + delay, self.seq, None)
+        assert self.wheel.next_due() == min((due for due, _, _ in self.model.values()), default=None)
 
     @rule(tid=consumes(ids))
     def cancel(self, tid: int) -> None:

@@ -57,6 +57,7 @@ ID_MASK = 0xFFFFFFFF
 FREE = -1
 
 cdef enum:
+    HEAP_MIN = 32       # a bucket of more entries than this gets the slot heap (see _core_py.HEAP_MIN)
     C_TICK_BITS = 62
     C_ID_BITS = 32
     C_FREE = -1
@@ -153,11 +154,15 @@ cdef class _Wheel:
     cdef bint _advancing
     cdef Fired* _scratch
     cdef uint32_t _scratch_cap
+    cdef Fired* _heap               # the slot heap: a min-heap by due over one bucket (see _slot_min)
+    cdef uint32_t _heap_len, _heap_cap
+    cdef int _heap_bucket           # the bucket it covers, or -1: none
     cdef list _items                # a Python list beside the pool: the GC sees the items
 
     def __cinit__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
         # Everything is set up here, not in __init__: TimerWheel.__new__(TimerWheel) alone gives a valid
         # default wheel rather than NULL arrays.
+        self._heap_bucket = -1
         self._items = []
         self._free = C_ID_MASK
         cdef double res = _seconds(resolution, "resolution")
@@ -210,6 +215,7 @@ cdef class _Wheel:
         PyMem_Free(self._top_epoch)
         PyMem_Free(self._entries)
         PyMem_Free(self._scratch)
+        PyMem_Free(self._heap)
 
     @cython.final
     cdef inline int64_t _tick_of(self, double t, str name) except -2:
@@ -272,6 +278,8 @@ cdef class _Wheel:
         entry.pos = b.len
         b.items[b.len] = idx
         b.len += 1
+        if bucket == self._heap_bucket:
+            self._heap_push(idx)
 
     @cython.final
     cdef inline void _clear_bit(self, int bucket) noexcept:
@@ -424,9 +432,12 @@ cdef class _Wheel:
         if bucket != entry.bucket:
             self._unlink(<uint32_t>idx)
             self._link(<uint32_t>idx, bucket)
-        elif bucket != self._current and (bucket >> self._bits) == self._top:
-            slot = bucket & (self._slots - 1)   # same top slot, maybe another epoch: keep the bound a bound
-            self._top_epoch[slot] = min(self._top_epoch[slot], tick >> self._span_bits)
+        else:
+            if bucket != self._current and (bucket >> self._bits) == self._top:
+                slot = bucket & (self._slots - 1)   # same top slot, maybe another epoch: keep the bound a bound
+                self._top_epoch[slot] = min(self._top_epoch[slot], tick >> self._span_bits)
+            if bucket == self._heap_bucket:   # its node in the slot heap is stale now: a fresh one
+                self._heap_push(<uint32_t>idx)
         if self._min_valid and due < self._min_due:
             self._min_due = due
         return True
@@ -553,23 +564,122 @@ cdef class _Wheel:
             taken.append(self._release(idx))
         return 0
 
+    # -- the slot heap: next_due() in O(1) amortised (see _core_py._Wheel._slot_min) --------------------
+
+    @cython.final
+    cdef void _heap_push(self, uint32_t idx) noexcept:
+        """Add entry `idx`, just placed in the heap's bucket, to the slot heap. If the heap cannot grow, or
+        holds twice the bucket in stale nodes, it is dropped instead: it is a cache, built again when needed."""
+        cdef Fired* h
+        cdef Fired node
+        cdef uint64_t cap
+        cdef uint32_t i, parent
+        cdef Entry* entry = &self._entries[idx]
+        if self._heap_len >= 2 * <uint64_t>self._buckets[self._heap_bucket].len + HEAP_MIN:
+            self._heap_bucket = -1
+            return
+        if self._heap_len == self._heap_cap:
+            cap = 2 * <uint64_t>self._heap_cap + HEAP_MIN
+            h = NULL if cap > C_ID_MASK else <Fired*>PyMem_Realloc(self._heap, cap * sizeof(Fired))
+            if h == NULL:
+                self._heap_bucket = -1
+                return
+            self._heap = h
+            self._heap_cap = <uint32_t>cap
+        node.due = entry.due
+        node.seq = entry.seq
+        node.idx = idx
+        i = self._heap_len
+        self._heap_len += 1
+        while i > 0:   # sift up
+            parent = (i - 1) >> 1
+            if self._heap[parent].due <= node.due:
+                break
+            self._heap[i] = self._heap[parent]
+            i = parent
+        self._heap[i] = node
+
+    @cython.final
+    cdef void _heap_sift_down(self, uint64_t i) noexcept:
+        cdef uint64_t child, n = self._heap_len
+        cdef Fired node = self._heap[i]
+        while True:
+            child = 2 * i + 1
+            if child >= n:
+                break
+            if child + 1 < n and self._heap[child + 1].due < self._heap[child].due:
+                child += 1
+            if not self._heap[child].due < node.due:
+                break
+            self._heap[i] = self._heap[child]
+            i = child
+        self._heap[i] = node
+
+    @cython.final
+    cdef bint _heap_build(self, int bucket) noexcept:
+        """Make the slot heap cover `bucket` (every entry of it, heapified in O(n)); False if out of memory."""
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef uint64_t cap = 2 * <uint64_t>b.len + HEAP_MIN
+        cdef uint32_t i, idx
+        cdef Fired* h
+        self._heap_bucket = -1
+        if self._heap_cap < cap or self._heap_cap > 4 * cap:   # grow, or give back what a big slot took
+            h = NULL if cap > C_ID_MASK else <Fired*>PyMem_Realloc(self._heap, cap * sizeof(Fired))
+            if h == NULL:
+                return False
+            self._heap = h
+            self._heap_cap = <uint32_t>cap
+        for i in range(b.len):
+            idx = b.items[i]
+            self._heap[i].due = self._entries[idx].due
+            self._heap[i].seq = self._entries[idx].seq
+            self._heap[i].idx = idx
+        self._heap_len = b.len
+        i = b.len >> 1
+        while i > 0:
+            i -= 1
+            self._heap_sift_down(i)
+        self._heap_bucket = bucket
+        return True
+
+    @cython.final
+    cdef uint32_t _slot_min(self, int bucket) noexcept:
+        """The pool index of the entry with the earliest due in the non-empty `bucket`.
+
+        A small bucket is scanned. A large one gets the slot heap, built once and then kept up by every
+        placement into the bucket (_link, _move); the nodes of entries that left it, or moved within it,
+        are stale (their seq no longer matches) and are popped here, each once: O(1) amortised per change.
+        """
+        cdef Bucket* b = &self._buckets[bucket]
+        cdef uint32_t i, best
+        cdef Fired* top
+        cdef Entry* e
+        if b.len > HEAP_MIN and (bucket == self._heap_bucket or self._heap_build(bucket)):
+            while self._heap_len:
+                top = &self._heap[0]
+                e = &self._entries[top.idx]
+                if e.bucket == bucket and e.seq == top.seq:
+                    return top.idx
+                self._heap_len -= 1
+                self._heap[0] = self._heap[self._heap_len]
+                self._heap_sift_down(0)
+            self._heap_bucket = -1   # (cannot happen: every entry of the bucket has a node) scan instead
+        best = b.items[0]
+        for i in range(1, b.len):
+            if self._entries[b.items[i]].due < self._entries[best].due:
+                best = b.items[i]
+        return best
+
     @cython.final
     cdef int _first_slot(self) noexcept:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         cdef int64_t tick = 0, exact
         cdef int bucket, slot
-        cdef uint32_t i
-        cdef Bucket* b
         while True:
             bucket = self._next_event(&tick)
             if (bucket >> self._bits) != self._top:
                 return bucket
-            b = &self._buckets[bucket]
-            exact = self._entries[b.items[0]].tick
-            for i in range(1, b.len):
-                if self._entries[b.items[i]].tick < exact:
-                    exact = self._entries[b.items[i]].tick
-            exact >>= self._span_bits
+            exact = self._entries[self._slot_min(bucket)].tick >> self._span_bits   # the earliest due's tick
             slot = bucket & (self._slots - 1)
             if exact == self._top_epoch[slot]:
                 return bucket
@@ -591,6 +701,7 @@ cdef class _Wheel:
         cdef Entry* entry
         cdef int64_t top_tick = 0
         cdef double m = math.inf
+        cdef Bucket* b
         elapsed = self._elapsed
         assert not self._advancing
         assert elapsed == self._tick_of(self._now, "now")
@@ -629,6 +740,16 @@ cdef class _Wheel:
         assert free + self._count == self._size
         if self._min_valid and self._count:
             assert self._min_due == m, "stale next_due cache"
+        if self._heap_bucket >= 0:   # the slot heap: a heap by due, with a node for every entry of its bucket
+            live = set()
+            for pos in range(self._heap_len):
+                assert pos == 0 or self._heap[(pos - 1) >> 1].due <= self._heap[pos].due, "slot heap order"
+                entry = &self._entries[self._heap[pos].idx]
+                if entry.bucket == self._heap_bucket and entry.seq == self._heap[pos].seq:
+                    assert entry.due == self._heap[pos].due
+                    live.add(self._heap[pos].idx)
+            b = &self._buckets[self._heap_bucket]
+            assert live == {b.items[pos] for pos in range(b.len)}, "an entry of the heap's bucket has no node"
 
 
 @cython.final
@@ -822,6 +943,8 @@ cdef class TimerWheel(_Wheel):
             b.len = 0
         memset(self._bitmaps, 0, (self._top + 1) * self._words * sizeof(uint64_t))
         self._min_valid = False
+        self._heap_bucket = -1
+        self._heap_len = 0
         del dropped
 
     def advance(self, now):
@@ -872,23 +995,18 @@ cdef class TimerWheel(_Wheel):
     def next_due(self):
         """The exact earliest due among pending timers, or None when there are none.
 
-        Cached between changes; when it must be found again, only the earliest non-empty slot is read
-        (the CURRENT bucket, or the first slot after the current tick), never every pending timer.
+        Cached between changes; when it must be found again, only the earliest non-empty slot is looked
+        at (the CURRENT bucket, or the first slot after the current tick): scanned when small, through
+        the slot heap when large. O(1) amortised after the earliest timer is cancelled or moved.
 """
-        cdef Bucket* b
-        cdef uint32_t i
+        cdef int bucket
         cdef double m
         if self._count == 0:
             return None
         if self._min_valid:
             return self._min_due
-        b = &self._buckets[self._current]
-        if b.len == 0:
-            b = &self._buckets[self._first_slot()]
-        m = self._entries[b.items[0]].due
-        for i in range(1, b.len):
-            if self._entries[b.items[i]].due < m:
-                m = self._entries[b.items[i]].due
+        bucket = self._current if self._buckets[self._current].len else self._first_slot()
+        m = self._entries[self._slot_min(bucket)].due
         self._min_due = m
         self._min_valid = True
         return m

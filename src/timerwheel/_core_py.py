@@ -29,6 +29,7 @@ wheel whole, and its answer stays true:
 from __future__ import annotations
 
 import math
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 from ._validate import identifier
@@ -63,6 +64,9 @@ ID_MASK = (1 << ID_BITS) - 1
 FREE = -1
 #: A top slot's epoch bound while its cascade is under way (any real epoch is lower).
 _NO_EPOCH = 1 << 63
+#: A bucket of more entries than this gets the slot heap when next_due() needs its earliest due (smaller
+#: ones are scanned: a few dozen compares cost less than keeping a heap up to date).
+HEAP_MIN = 32
 
 
 def level_for(elapsed: int, tick: int, bits: int, top: int) -> int:
@@ -127,6 +131,9 @@ class _Wheel:
         "_elapsed",
         "_entries",
         "_free",
+        "_heap",
+        "_heap_bucket",
+        "_heap_owed",
         "_levels",
         "_mask",
         "_min_due",
@@ -187,6 +194,10 @@ class _Wheel:
         self._min_valid = False
         self._version = 0  # bumped by every commit: a scan that saw it change scans again
         self._advancing = False
+        # The slot heap (see _slot_min): (due, seq, idx) nodes over one bucket, or none (bucket -1).
+        self._heap: list[tuple[float, int, int]] = []
+        self._heap_bucket = -1
+        self._heap_owed = 0  # placements into the heap's bucket whose node is not pushed yet
 
     # -- the one place where seconds become ticks --------------------------------------------------------
 
@@ -287,7 +298,11 @@ class _Wheel:
             self._min_due = due
         self._count += 1
         self._version += 1
-        return (entry.gen << ID_BITS) | idx
+        timer_id = (entry.gen << ID_BITS) | idx
+        if bucket == self._heap_bucket:
+            self._heap_owed += 1
+            self._heap_note(bucket, due, entry.seq, idx)  # (after the commit: it allocates)
+        return timer_id
 
     def _move(self, timer_id: int, due: float, tick: int) -> bool:
         gen = timer_id >> ID_BITS
@@ -333,6 +348,9 @@ class _Wheel:
         if self._min_valid and due < self._min_due:
             self._min_due = due
         self._version += 1
+        if bucket == self._heap_bucket:  # placed in it, or moved within it (its old node is stale now)
+            self._heap_owed += 1
+            self._heap_note(bucket, due, entry.seq, idx)
         return True
 
     # -- time --------------------------------------------------------------------------------------------
@@ -400,6 +418,9 @@ class _Wheel:
                 if target != self._current:  # a lower level (only the top level counts epochs)
                     self._bitmaps[target >> self._bits] |= 1 << (target & self._mask)
                 self._version += 1
+                if target == self._heap_bucket:
+                    self._heap_owed += 1
+                    self._heap_note(target, entry.due, entry.seq, idx)
         except BaseException:
             if top:  # the timers not placed yet are still here: the old bound still bounds them
                 self._top_epoch[slot] = min(old_bound, self._top_epoch[slot])
@@ -443,6 +464,61 @@ class _Wheel:
             self._version += 1
             fired.append(((gen << ID_BITS) | idx, item))
 
+    # -- the slot heap: next_due() in O(1) amortised ----------------------------------------------------
+
+    def _heap_note(self, bucket: int, due: float, seq: int, idx: int) -> None:
+        """Push the node of entry `idx`, just placed in the slot heap's bucket by a commit that counted it in
+        _heap_owed. Until the count is back to zero, _slot_min() does not trust the heap (a finalizer that
+        the allocation runs asks next_due() while the node is missing). A heap that holds twice its bucket
+        in stale nodes, or that cannot grow, is dropped: it is a cache, built again when needed.
+        """
+        try:
+            node = (due, seq, idx)  # an allocation: the GC may run
+            if bucket == self._heap_bucket:
+                heap = self._heap
+                if len(heap) >= 2 * len(self._buckets[bucket]) + HEAP_MIN:
+                    self._heap_bucket = -1
+                else:
+                    heappush(heap, node)  # (compares floats and ints: runs no Python code)
+        except BaseException as exc:
+            self._heap_bucket = -1
+            if not isinstance(exc, MemoryError):  # the timer is placed: a full heap must not undo that
+                raise
+        finally:
+            self._heap_owed -= 1
+
+    def _slot_min(self, bucket: int) -> int:
+        """The pool index of the entry with the earliest due in the non-empty `bucket`.
+
+        A small bucket is scanned. A large one gets the slot heap, a heap of (due, seq, idx) nodes built
+        once over the bucket and then kept up by every placement into it (_insert, _move, _cascade push a
+        node). The node of an entry that left the bucket or moved within it is stale (seq is new at every
+        placement, and an entry never comes back to a bucket it left with the same seq): it is popped here,
+        once. So each change costs O(1) amortised, not a scan of the slot. The C twin keeps the heap in a
+        C array. If a finalizer changes the wheel meanwhile the answer may be out of date: callers compare
+        _version, as every scan here does.
+        """
+        lst = self._buckets[bucket]
+        entries = self._entries
+        if len(lst) > HEAP_MIN and not self._heap_owed:
+            if bucket != self._heap_bucket:
+                version = self._version
+                heap = [(entries[idx].due, entries[idx].seq, idx) for idx in list(lst)]
+                heapify(heap)
+                # commit: no calls between the check and the stores
+                if version == self._version and not self._heap_owed:  # it covers the bucket as it is
+                    self._heap = heap
+                    self._heap_bucket = bucket
+            if bucket == self._heap_bucket:
+                heap = self._heap
+                while heap:
+                    _, seq, idx = heap[0]
+                    entry = entries[idx]
+                    if entry.bucket == bucket and entry.seq == seq:
+                        return idx
+                    heappop(heap)
+        return min(list(lst), key=lambda i: entries[i].due)
+
     def _first_slot(self) -> int:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         while True:
@@ -450,7 +526,7 @@ class _Wheel:
             _, bucket = self._next_event()
             if bucket >> self._bits != self._top:
                 return bucket
-            exact = min(self._entries[idx].tick for idx in list(self._buckets[bucket])) >> self._span_bits
+            exact = self._entries[self._slot_min(bucket)].tick >> self._span_bits  # the earliest due's tick
             slot = bucket & self._mask
             # commit: no calls between the check and the store
             if version != self._version:
@@ -507,6 +583,17 @@ class _Wheel:
             assert self._min_due == min(self._entries[i].due for lst in self._buckets for i in lst), (
                 "stale next_due cache"
             )
+        assert self._heap_owed == 0
+        if self._heap_bucket >= 0:  # the slot heap: a heap by due, with a node for every entry of its bucket
+            heap = self._heap
+            live = set()
+            for pos, (due, seq, idx) in enumerate(heap):
+                assert pos == 0 or heap[(pos - 1) >> 1] <= heap[pos], "slot heap order"
+                entry = self._entries[idx]
+                if entry.bucket == self._heap_bucket and entry.seq == seq:
+                    assert entry.due == due
+                    live.add(idx)
+            assert live == set(self._buckets[self._heap_bucket]), "an entry of the heap's bucket has no node"
 
 
 class TimerWheel(_Wheel):
@@ -729,6 +816,7 @@ class TimerWheel(_Wheel):
                 self._free = idx
                 self._count -= 1
                 self._min_valid = False
+                self._heap_bucket = -1
                 self._version += 1
                 dropped.append(item)
         del dropped
@@ -784,8 +872,9 @@ class TimerWheel(_Wheel):
     def next_due(self) -> float | None:
         """The exact earliest due among pending timers, or None when there are none.
 
-        Cached between changes; when it must be found again, only the earliest non-empty slot is read
-        (the CURRENT bucket, or the first slot after the current tick), never every pending timer.
+        Cached between changes; when it must be found again, only the earliest non-empty slot is looked
+        at (the CURRENT bucket, or the first slot after the current tick): scanned when small, through
+        the slot heap when large. O(1) amortised after the earliest timer is cancelled or moved.
         """
         while True:
             if self._count == 0:
@@ -796,11 +885,8 @@ class TimerWheel(_Wheel):
             if self._advancing:  # asked by a finalizer in the middle of an advance(): read everything
                 due = min(entry.due for entry in list(self._entries) if entry.bucket != FREE)
             else:
-                lst = self._buckets[self._current]
-                if not lst:
-                    lst = self._buckets[self._first_slot()]
-                entries = self._entries
-                due = min(entries[idx].due for idx in list(lst))
+                bucket = self._current if self._buckets[self._current] else self._first_slot()
+                due = self._entries[self._slot_min(bucket)].due
             # commit: no calls between the check and the store
             if version == self._version and not self._advancing:
                 self._min_due = due
