@@ -45,8 +45,15 @@ def extensions() -> list[Extension]:
     except ImportError:
         print("*** timerwheel: Cython is not installed; installing the pure-Python backend.", file=sys.stderr)
         return []
-    ext = Extension("timerwheel._core_c", ["src/timerwheel/_core_c.pyx"])
-    return cythonize([ext], compiler_directives={"language_level": "3"})
+    core = Extension("timerwheel._core_c", ["src/timerwheel/_core_c.pyx"])
+    # The job engine, compiled from its own source: _scheduler.py is the pure-Python engine and, built by
+    # Cython with the C types of _scheduler_c.pxd, the module _scheduler_c (one source, two builds).
+    # Annotations are documentation only: the types are all in the .pxd.
+    engine = Extension("timerwheel._scheduler_c", ["src/timerwheel/_scheduler.py"])
+    return cythonize(
+        [core, engine],
+        compiler_directives={"language_level": "3", "annotation_typing": False, "binding": True},
+    )
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -23,7 +23,7 @@ from timerwheel.testing import VirtualTimeLoop
 
 try:
     import uvloop
-except ImportError:  # not on Windows, nor without the test extra
+except ImportError:  # not on Windows, nor without the compare extra
     uvloop = None
 
 SHORT = 0.01  # a deadline meant to pass
@@ -579,7 +579,7 @@ UVLOOP_DIFFERS = {
 def test_same_as_asyncio_on_a_real_loop(name: str, loop_name: str) -> None:
     make_loop = REAL_LOOPS[loop_name]
     if make_loop is None:
-        pytest.skip("uvloop is not installed (it is in the test extra, except on Windows)")
+        pytest.skip("uvloop is not installed (pip install 'timerwheel[compare]'; not on Windows)")
     if loop_name == "uvloop" and name in UVLOOP_DIFFERS:
         pytest.skip(UVLOOP_DIFFERS[name])
     theirs = _transcript(make_loop, SCENARIOS[name], ours=False, exact=False)

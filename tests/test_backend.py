@@ -24,11 +24,27 @@ def test_cython_backend_loaded() -> None:
     assert _core_c.__file__.endswith((".so", ".pyd"))
 
 
+@pytest.mark.skipif(NO_EXTENSIONS, reason="the pure-Python run sets TIMERWHEEL_NO_EXTENSIONS on purpose")
+def test_compiled_engine_loaded() -> None:
+    """The job engine is compiled too (its own source, _scheduler.py, built by Cython): the user's
+    schedule() and cancel() go straight into compiled code."""
+    from timerwheel import _engine, _scheduler_c
+
+    assert _engine.ENGINE == "cython"
+    assert timerwheel.Scheduler is _scheduler_c.Scheduler
+    assert _scheduler_c.__file__.endswith((".so", ".pyd"))
+    assert type(timerwheel.Scheduler.schedule).__name__ == "cython_function_or_method"  # not Python
+
+
 def test_env_var_selects_python() -> None:
-    code = "import timerwheel; print(timerwheel.BACKEND, timerwheel.TimerWheel.__module__)"
+    code = (
+        "import timerwheel, timerwheel._engine as e; "
+        "print(timerwheel.BACKEND, timerwheel.TimerWheel.__module__, e.ENGINE, "
+        "timerwheel.Scheduler.__module__)"
+    )
     env = dict(os.environ, TIMERWHEEL_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["python", "timerwheel._core_py"]
+    assert out.stdout.split() == ["python", "timerwheel._core_py", "python", "timerwheel._scheduler"]
 
 
 def test_no_python_wrapper_on_the_hot_path() -> None:

@@ -487,7 +487,7 @@ def test_reschedule_wall_of_an_interval_task_then_a_wall_step(make: Callable[...
 
 
 def test_a_wall_timer_in_no_calendar_group_still_fires(make: Callable[..., Any]) -> None:
-    from timerwheel._scheduler import WallTimer
+    from timerwheel._engine import WallTimer
 
     clock = ManualClock(0.0, wall=1_000_000.0)
     s = make(clock)

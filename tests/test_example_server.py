@@ -88,7 +88,7 @@ LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop if u
 def test_idle_connections_close_on_time_and_busy_ones_stay_open(timers: str, loop_name: str) -> None:
     make_loop = LOOPS[loop_name]
     if make_loop is None:
-        pytest.skip("uvloop is not installed (it is in the test extra, except on Windows)")
+        pytest.skip("uvloop is not installed (pip install 'timerwheel[compare]'; not on Windows)")
     loop = make_loop()
     try:
         seen = loop.run_until_complete(_scenario(timers))

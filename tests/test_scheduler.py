@@ -23,7 +23,7 @@ from timerwheel import (
     Stats,
     TimerInfo,
 )
-from timerwheel._scheduler import Run, Timer
+from timerwheel._engine import Run, Timer
 from timerwheel.testing import ManualClock
 
 from .conftest import BACKENDS
@@ -894,18 +894,22 @@ def test_a_finalizer_that_cancels_as_the_run_is_made_wins(
 ) -> None:
     """A finalizer that the garbage collector runs while drain() allocates a task's Run (here: the run's
     JobContext) cancels that task with True: it never runs, and counts as cancelled only."""
-    import timerwheel._scheduler as engine_module
+    import threading
+    import types
+
+    from timerwheel import _engine
 
     s = make(clock)
     log: list[Any] = []
     b = s.schedule(1, log.append, args=("B ran",), options=RunOptions(context=False, timeout=5.0))
-    real = engine_module.JobContext
 
-    def context_whose_allocation_runs_a_finalizer(*args: Any) -> Any:
+    def event_whose_allocation_runs_a_finalizer() -> threading.Event:  # JobContext makes one
         log.append(("cancel(B)", s.cancel(b)))
-        return real(*args)
+        return threading.Event()
 
-    monkeypatch.setattr(engine_module, "JobContext", context_whose_allocation_runs_a_finalizer)
+    # The engine module's `threading` (a global looked up at run time in both builds of the engine).
+    shim = types.SimpleNamespace(Event=event_whose_allocation_runs_a_finalizer)
+    monkeypatch.setattr(_engine._build, "threading", shim)
     clock.advance(1)
     assert s.run_pending() == 0
     assert log == [("cancel(B)", True)]

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 from ._clock import Clock
 from ._core import BACKEND, TimerWheel
 from ._cron import Cron
+from ._engine import JobContext, Scheduler
 from ._heap import HeapScheduler
 from ._keyed import CatchUp, KeyedScheduler, KeyedStats, KeyInfo, KeyState, Recover, Reschedule
 from ._postgres import PostgresStore
-from ._scheduler import JobContext, Scheduler
 from ._store import MemoryStore, SQLiteStore, StoreError
 from ._threaded import ThreadedScheduler
 from ._types import (

@@ -22,8 +22,8 @@ from typing import Any
 
 from ._clock import Clock
 from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
+from ._engine import Run, Timer, TimerStore
 from ._pool import TaskPool
-from ._scheduler import Run, Timer, TimerStore
 from ._types import Backpressure, JobEvent, Missed, NotStartedError
 from ._validate import count, deadline, function, member
 

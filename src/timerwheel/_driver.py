@@ -21,7 +21,7 @@ from typing import Any
 
 from ._clock import Clock
 from ._core import TimerWheel
-from ._scheduler import Run, Scheduler, TimerStore, log_safely
+from ._engine import Run, Scheduler, TimerStore, log_safely
 from ._types import (
     AlreadyRunningError,
     ClockError,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._clock import Clock, as_clock
-from ._scheduler import Scheduler
+from ._engine import Scheduler
 from ._types import JobEvent
 from ._validate import seconds as _seconds
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
-from ._scheduler import JobContext, Scheduler, WallTimer, log_safely
+from ._engine import JobContext, Scheduler, WallTimer, log_safely
 from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
 from ._types import RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds

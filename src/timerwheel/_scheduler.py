@@ -48,6 +48,10 @@ logger = logging.getLogger("timerwheel")
 #: errors keeps the messages of the most recent failed runs, at most this many.
 MAX_ERRORS = 1000
 _NO_OPTIONS = RunOptions()
+# Constants the hot paths compare against (the compiled build keeps them as C values, see _scheduler_c.pxd).
+_INF = math.inf
+_FIXED_DELAY = RepeatMode.FIXED_DELAY
+_SKIP_IF_RUNNING = RepeatMode.SKIP_IF_RUNNING
 #: A change of the wall clock against the monotonic one larger than this is a step: calendar tasks move.
 #: (Slower drift, an NTP slew, is absorbed where it matters: a calendar task never fires before its wall
 #: time, whatever the offset said when it was armed.)
@@ -109,7 +113,8 @@ class JobContext:
 
 
 class _Task:
-    """One scheduled task. `timer_id` is its entry in the store while armed, None otherwise."""
+    """One scheduled task (made by _new_task). `timer_id` is its entry in the store while armed, None
+    otherwise."""
 
     __slots__ = (
         "args",
@@ -132,38 +137,26 @@ class _Task:
         "waiting",
         "wall",
     )
-
-    def __init__(
-        self,
-        task_id: int,
-        fn: Callable[..., Any],
-        interval: float | None,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any] | None,
-        mode: RepeatMode,
-        missed: Missed,
-        due: float,
-        options: RunOptions,
-    ) -> None:
-        self.id = task_id
-        self.fn = fn
-        self.interval = interval
-        self.args = args
-        self.kwargs = kwargs
-        self.mode = mode
-        self.missed = missed
-        self.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
-        self.due = due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
-        self.options = options
-        self.timer_id: int | None = None
-        self.running = 0  # runs taken and not finished (a waiting one included)
-        self.waiting: Run | None = None  # its run taken but not started (waiting for a worker or a slot)
-        self.last_call = 0  # the drain() call that last took it: at most one run per call
-        self.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
-        self.cron: Any = None  # a calendar task's Cron (its points are wall-clock times), or None
-        self.wall: float | None = None  # a calendar task's due on the wall clock (POSIX seconds), or None
-        self.repeat = interval is not None  # recurring: an interval, or a Cron
-        self.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
+    # (the fields, for type checkers: _new_task() sets them; the compiled build declares them in C)
+    id: int
+    fn: Callable[..., Any]
+    interval: float | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] | None
+    mode: RepeatMode
+    missed: Missed
+    first_due: float
+    due: float
+    options: RunOptions
+    timer_id: int | None
+    running: int
+    waiting: Run | None
+    last_call: int
+    live: bool
+    cron: Any
+    wall: float | None
+    repeat: bool
+    overdue: bool
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain(),
@@ -171,12 +164,48 @@ class _Task:
             engine._arm(self, self.due)
 
 
+def _new_task(
+    task_id: int,
+    fn: Callable[..., Any],
+    interval: float | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    mode: RepeatMode,
+    missed: Missed,
+    due: float,
+    options: RunOptions,
+) -> _Task:
+    """A new task. (A function rather than __init__: the compiled build makes the record without parsing
+    arguments, and fills it in C.)"""
+    task = _Task.__new__(_Task)
+    task.id = task_id
+    task.fn = fn
+    task.interval = interval
+    task.args = args
+    task.kwargs = kwargs
+    task.mode = mode
+    task.missed = missed
+    task.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
+    task.due = due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
+    task.options = options
+    task.timer_id = None
+    task.running = 0  # runs taken and not finished (a waiting one included)
+    task.waiting = None  # its run taken but not started (waiting for a worker or a slot)
+    task.last_call = 0  # the drain() call that last took it: at most one run per call
+    task.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
+    task.cron = None  # a calendar task's Cron (its points are wall-clock times), or None
+    task.wall = None  # a calendar task's due on the wall clock (POSIX seconds), or None
+    task.repeat = interval is not None  # recurring: an interval, or a Cron
+    task.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
+    return task
+
+
 _TAKEN, _STARTED, _DONE, _CANCELLED = 0, 1, 2, 3
 _NOTHING: list[Any] = []  # (never appended to)
 
 
 class Run:
-    """One fire of a task, handed to a driver's execute(): call it, and report how it went.
+    """One fire of a task (made by _new_run), handed to a driver's execute(): call it, and report how it went.
 
     The driver calls start() just before the job (it counts the run as executed and arms its deadline),
     then call(), then finish(error). A run it will not execute is drop()ped (backpressure); one whose task
@@ -194,21 +223,15 @@ class Run:
         "task",
         "timed_out",
     )
-
-    def __init__(self, engine: _Engine, task: _Task, scheduled_for: float) -> None:
-        self._engine = engine
-        self.task = task
-        self.scheduled_for = scheduled_for
-        self._state = _TAKEN
-        self.started_at = 0.0
-        self.timed_out = False
-        self.deadline: _Deadline | None = None
-        options = task.options
-        self.context = (
-            JobContext(task.id, scheduled_for, options.timeout)
-            if options.context or options.timeout is not None
-            else None
-        )
+    # (the fields, for type checkers: _new_run() sets them)
+    _engine: _Engine
+    _state: int
+    context: JobContext | None
+    deadline: _Deadline | None
+    scheduled_for: float
+    started_at: float
+    task: _Task
+    timed_out: bool
 
     def __repr__(self) -> str:
         return f"<Run of task {self.task.id} scheduled_for={self.scheduled_for!r}>"
@@ -265,7 +288,7 @@ class Run:
         if timeout is not None:
             deadline = _Deadline(self, self.started_at + timeout)
             try:
-                deadline.id = engine._store.add_at(deadline.due, deadline)
+                deadline.id = engine._add_at(deadline.due, deadline)
             except OverflowError:  # a deadline beyond the store's range: it never elapses
                 pass
             else:
@@ -290,28 +313,31 @@ class Run:
             raise RuntimeError(f"{self!r} was not started, or finished already")
         self._state = _DONE
         engine = self._engine
-        try:
-            finished = engine._read()
-        except Exception:  # the run is still accounted for (a driver will report the clock)
-            finished = max(self.started_at, engine._latest)
-        else:
-            if type(finished) is float and engine._latest <= finished < engine._horizon:  # now(), inline
-                engine._latest = finished
-            else:
-                finished = engine._reading(self.started_at)
         task = self.task
+        if not task.repeat and task.options.timeout is None and engine._reports.observer is None:
+            finished = self.started_at  # nothing below reads the finish time: the clock is not read
+        else:
+            try:
+                finished = engine._read()
+            except Exception:  # the run is still accounted for (a driver will report the clock)
+                finished = max(self.started_at, engine._latest)
+            else:
+                if type(finished) is float and engine._latest <= finished < engine._horizon:  # now()
+                    engine._latest = finished
+                else:
+                    finished = engine._reading(self.started_at)
         task.running -= 1
         engine._running -= 1
         deadline = self.deadline
         if deadline is not None and deadline.id is not None:
-            engine._store.cancel(deadline.id)  # False while drain() holds it: it is skipped there
+            engine._cancel_at(deadline.id)  # False while drain() holds it: it is skipped there
             deadline.id = None
             engine._others -= 1
         timeout = task.options.timeout
         timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
         if error is not None:
             engine._failed += 1
-        if task.mode is RepeatMode.FIXED_DELAY and task.repeat:
+        if task.mode is _FIXED_DELAY and task.repeat:
             engine._rearm_after(task, finished)
         reports = engine._reports
         if reports.observer is not None:
@@ -340,7 +366,7 @@ class Run:
             if task.wall is not None:
                 engine._cal.tasks.discard(task)
         now = engine._reading(engine._latest)
-        if task.mode is RepeatMode.FIXED_DELAY:
+        if task.mode is _FIXED_DELAY:
             engine._rearm_after(task, now)
         engine._reports.event(task.id, self.scheduled_for, now, now, dropped=True)
         on_drop = task.options.on_drop
@@ -388,6 +414,25 @@ class Run:
         driver.timed_out(self)
 
 
+def _new_run(engine: _Engine, task: _Task, scheduled_for: float) -> Run:
+    """A run of `task`, just taken. (A function rather than __init__, as _new_task.)"""
+    run = Run.__new__(Run)
+    run._engine = engine
+    run.task = task
+    run.scheduled_for = scheduled_for
+    run._state = _TAKEN
+    run.started_at = 0.0
+    run.timed_out = False
+    run.deadline = None
+    options = task.options
+    run.context = (
+        JobContext(task.id, scheduled_for, options.timeout)
+        if options.context or options.timeout is not None
+        else None
+    )
+    return run
+
+
 class _Deadline:
     """A started run's `timeout`, in the store beside everything else."""
 
@@ -407,7 +452,7 @@ class _Deadline:
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.id == timer_id:
-            self.id = engine._store.add_at(self.due, self)
+            self.id = engine._add_at(self.due, self)
 
 
 class Timer:
@@ -442,7 +487,7 @@ class Timer:
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.id == timer_id:
-            self.id = engine._store.add_at(self.due, self)
+            self.id = engine._add_at(self.due, self)
 
 
 class WallTimer(Timer):
@@ -698,6 +743,10 @@ class _Engine:
                 f"store is ahead of the clock: its time is {store.now!r}, the clock reads {start!r}"
             )
         self._store: TimerStore = store
+        # The store's three O(1) operations, bound once: the hot paths call them without a lookup.
+        self._add_at = store.add_at
+        self._cancel_at = store.cancel
+        self._move_at = store.reschedule_at
         self._horizon = store.horizon  # a clock reading from here on is a failure, not a time
         self._latest = start  # the latest clock read: time never goes backwards in here
         self._reports = _Reports(
@@ -776,7 +825,7 @@ class _Engine:
 
     def add_timer(self, timer: Timer, due: float) -> None:
         """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
-        timer.id = self._store.add_at(due, timer)
+        timer.id = self._add_at(due, timer)
         timer.due = due
         self._others += 1
         if self._wake is not None and not self._draining:
@@ -784,7 +833,7 @@ class _Engine:
 
     def move_timer(self, timer: Timer, due: float) -> bool:
         """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
-        if timer.id is None or not self._store.reschedule_at(timer.id, due):
+        if timer.id is None or not self._move_at(timer.id, due):
             return False
         timer.due = due
         if self._wake is not None and not self._draining:
@@ -800,7 +849,7 @@ class _Engine:
         timer_id, timer.id = timer.id, None
         if timer_id is None:
             return False
-        self._store.cancel(timer_id)  # False when drain() holds it: it is skipped there
+        self._cancel_at(timer_id)  # False when drain() holds it: it is skipped there
         self._others -= 1
         return True
 
@@ -868,12 +917,14 @@ class _Engine:
                     taken += 1
                     if type(item) is not _Task:  # a plain timer, or a deadline
                         item._due(self, timer_id, now, driver)
-                    elif item.timer_id == timer_id and item.live:  # not cancelled or moved meanwhile
-                        item.timer_id = None
-                        if item.last_call == calls:  # a recurring task runs at most once per drain()
-                            self._deferred.append(item)
+                        continue
+                    task = item
+                    if task.timer_id == timer_id and task.live:  # not cancelled or moved meanwhile
+                        task.timer_id = None
+                        if task.last_call == calls:  # a recurring task runs at most once per drain()
+                            self._deferred.append(task)
                         else:
-                            started += self._fire(item, now, driver)
+                            started += self._fire(task, now, driver)
         finally:
             # Normally only the deferred tasks; after a BaseException also the rest of the batch.
             for timer_id, item in batch[taken:]:
@@ -914,10 +965,10 @@ class _Engine:
                 return 0
         scheduled_for = task.due
         task.last_call = self._calls
-        if task.running and task.mode is RepeatMode.FIXED_DELAY:  # moved by reschedule() meanwhile:
+        if task.running and task.mode is _FIXED_DELAY:  # moved by reschedule() meanwhile:
             task.overdue = True  # it runs when the run in progress finishes, never beside it
             return 0
-        if task.mode is RepeatMode.SKIP_IF_RUNNING and task.running:
+        if task.mode is _SKIP_IF_RUNNING and task.running:
             self._skipped += 1
             self._rearm_on_grid(task, scheduled_for, now)
             self._reports.event(task.id, scheduled_for, now, now, skipped=True)
@@ -927,7 +978,7 @@ class _Engine:
             self._rearm_on_grid(task, scheduled_for, now)
             self._reports.event(task.id, scheduled_for, now, now, dropped=True)
             return 0
-        run = Run(self, task, scheduled_for)
+        run = _new_run(self, task, scheduled_for)
         if not task.live:  # a finalizer that the allocation ran cancelled it: it does not run
             return 0
         task.running += 1
@@ -935,16 +986,14 @@ class _Engine:
         self._running += 1
         self._waiting += 1
         try:
-            driver.execute(run)
+            if driver is self:  # run_pending(): inline (the compiled build calls it without a lookup)
+                self.execute(run)
+            else:
+                driver.execute(run)
         finally:
             # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
             # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
-            if (
-                task.repeat
-                and task.mode is not RepeatMode.FIXED_DELAY
-                and task.timer_id is None
-                and task.live
-            ):
+            if task.repeat and task.mode is not _FIXED_DELAY and task.timer_id is None and task.live:
                 self._rearm_on_grid(task, scheduled_for, now)
         return 1
 
@@ -974,7 +1023,7 @@ class _Engine:
         that runs off the end of the clock's range) ends the task, with an error recorded.
         """
         try:
-            timer_id = self._store.add_at(due, task)
+            timer_id = self._add_at(due, task)
         except (OverflowError, ValueError) as exc:
             if task.live:
                 task.live = False
@@ -983,7 +1032,7 @@ class _Engine:
                 self._reports.error(task.id, exc)
             return
         if not task.live:
-            self._store.cancel(timer_id)
+            self._cancel_at(timer_id)
             return
         task.timer_id = timer_id
         task.due = due
@@ -1021,7 +1070,7 @@ class _Engine:
     def add_wall_timer(self, timer: WallTimer, wall: float) -> None:
         """Arm a WallTimer (not armed) at the wall-clock time `wall` (POSIX seconds, finite). O(1)."""
         due = wall - self._cal.offset
-        timer.id = self._store.add_at(due, timer)  # add_timer(), inline
+        timer.id = self._add_at(due, timer)  # add_timer(), inline
         timer.due = due
         timer.wall = wall
         self._others += 1
@@ -1031,7 +1080,7 @@ class _Engine:
     def move_wall_timer(self, timer: WallTimer, wall: float) -> bool:
         """Move an armed WallTimer to the wall-clock time `wall`. O(1). False if it is not armed."""
         due = wall - self._cal.offset
-        if timer.id is None or not self._store.reschedule_at(timer.id, due):  # move_timer(), inline
+        if timer.id is None or not self._move_at(timer.id, due):  # move_timer(), inline
             return False
         timer.due = due
         timer.wall = wall
@@ -1080,7 +1129,7 @@ class _Engine:
         for task in list(self._tasks.values()):
             task.live = False
             if task.timer_id is not None:
-                self._store.cancel(task.timer_id)
+                self._cancel_at(task.timer_id)
                 task.timer_id = None
             if task.waiting is not None:
                 task.waiting.forget()
@@ -1226,7 +1275,7 @@ class Scheduler(_Engine):
             ValueError: delay < 0, interval <= 0, or either not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+        if not (type(delay) is float and 0.0 <= delay < _INF):  # the common case costs two compares
             delay = seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
@@ -1292,8 +1341,8 @@ class Scheduler(_Engine):
         task_id = self._last_id + 1
         self._last_id = task_id
         try:
-            task = _Task(task_id, fn, interval, args, kw, mode, missed, due, options)
-            timer_id = self._store.add_at(due, task)
+            task = _new_task(task_id, fn, interval, args, kw, mode, missed, due, options)
+            timer_id = self._add_at(due, task)
         except BaseException as exc:
             if self._last_id == task_id:
                 self._last_id = task_id - 1
@@ -1324,7 +1373,7 @@ class Scheduler(_Engine):
         timer_id = task.timer_id
         task.timer_id = None
         if timer_id is not None:
-            self._store.cancel(timer_id)  # False when just taken: drain() sees the task is not live
+            self._cancel_at(timer_id)  # False when just taken: drain() sees the task is not live
         if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
             task.waiting.forget()
         self._cancelled += 1
@@ -1343,7 +1392,7 @@ class Scheduler(_Engine):
         """
         if type(task_id) is not int:
             identifier(task_id, "task_id")
-        if not (type(delay) is float and 0.0 <= delay < math.inf):  # the common case costs two compares
+        if not (type(delay) is float and 0.0 <= delay < _INF):  # the common case costs two compares
             delay = seconds(delay, "delay")
             if delay < 0:
                 raise ValueError(f"delay must be >= 0, got {delay!r}")
@@ -1361,11 +1410,11 @@ class Scheduler(_Engine):
         task.overdue = False
         timer_id = task.timer_id
         try:
-            if timer_id is None or not self._store.reschedule_at(timer_id, due):
+            if timer_id is None or not self._move_at(timer_id, due):
                 # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
-                timer_id = self._store.add_at(due, task)
+                timer_id = self._add_at(due, task)
                 if not task.live:  # cancelled by a finalizer while the store worked
-                    self._store.cancel(timer_id)
+                    self._cancel_at(timer_id)
                     return True
                 task.timer_id = timer_id
         except OverflowError as exc:  # raised before anything changed
@@ -1471,7 +1520,7 @@ class Scheduler(_Engine):
         task.repeat = cron is not None
         timer_id, task.timer_id = task.timer_id, None
         if timer_id is not None:
-            self._store.cancel(timer_id)
+            self._cancel_at(timer_id)
         self._arm_wall(task, wall)
 
     # -- running -----------------------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from typing import Any
 
 from ._clock import Clock, as_clock
 from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
+from ._engine import Run, TimerStore, log_safely
 from ._pool import WorkerPool
-from ._scheduler import Run, TimerStore, log_safely
 from ._types import Backpressure, JobEvent, Missed, NotStartedError, Stats
 from ._validate import count, member
 

@@ -1,0 +1,134 @@
+# The compiled build of the job engine: Cython compiles _scheduler.py itself into the module
+# timerwheel._scheduler_c (see setup.py), and this file, found by that module's name, gives its records C
+# types. One source, two builds: the pure-Python engine is _scheduler.py imported as it is, and every rule
+# is written once, there. What this file may say: the types of attributes and locals, and which methods
+# become cpdef (callable from C without a Python call). It must never change what the code does.
+cimport cython
+
+cdef double _INF
+cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _NO_OPTIONS
+
+
+cdef class JobContext:
+    cdef public object cancelled
+    cdef public double scheduled_for
+    cdef public object task_id
+    cdef public bint timed_out
+    cdef public object timeout
+
+
+cdef class _Task:
+    cdef public object fn
+    cdef public tuple args
+    cdef public object kwargs
+    cdef public object id
+    cdef public object timer_id
+    cdef public double due
+    cdef public double first_due
+    cdef public object interval
+    cdef public object mode
+    cdef public object missed
+    cdef public object options
+    cdef public object waiting
+    cdef public object cron
+    cdef public object wall
+    cdef public long long last_call
+    cdef public long running
+    cdef public bint live
+    cdef public bint repeat
+    cdef public bint overdue
+
+    cpdef _put_back(self, _Engine engine, object timer_id)
+
+
+cdef class Run:
+    cdef public _Engine _engine
+    cdef public int _state
+    cdef public object context
+    cdef public object deadline
+    cdef public double scheduled_for
+    cdef public double started_at
+    cdef public _Task task
+    cdef public bint timed_out
+
+    @cython.locals(engine=_Engine, task=_Task)
+    cpdef start(self)
+
+    @cython.locals(task=_Task)
+    cpdef call(self)
+
+    @cython.locals(engine=_Engine, task=_Task, finished=double)
+    cpdef finish(self, error=*)
+
+
+cdef class _Reports:
+    cdef public object error_handler
+    cdef public list errors
+    cdef public object logger
+    cdef public object observer
+    cdef public object propagate
+
+
+cdef class _Calendar:
+    cdef public object clock
+    cdef public object groups
+    cdef public double now
+    cdef public double offset
+    cdef public object tasks
+
+
+cdef class _Engine:
+    cdef public object _clock
+    cdef public object _read
+    cdef public object _store
+    cdef public object _add_at, _cancel_at, _move_at
+    cdef public double _horizon
+    cdef public double _latest
+    cdef public _Reports _reports
+    cdef public object _propagate
+    cdef public dict _tasks
+    cdef public long long _last_id
+    cdef public long long _executed, _cancelled, _running, _dropped, _skipped, _failed
+    cdef public long long _waiting, _others, _calls
+    cdef public list _batch
+    cdef public list _deferred
+    cdef public bint _draining
+    cdef public object _driver
+    cdef public object _wake
+    cdef public _Calendar _cal
+
+    @cython.locals(task=_Task, calls="long long", started=int, taken="Py_ssize_t", batch=list)
+    cpdef int drain(self, double now, object driver=*) except -1
+
+    cpdef execute(self, Run run)
+
+    @cython.locals(run=Run, scheduled_for=double)
+    cpdef int _fire(self, _Task task, double now, object driver) except -1
+
+    cpdef _arm(self, _Task task, double due)
+
+    @cython.locals(due=double)
+    cpdef _rearm_on_grid(self, _Task task, double scheduled_for, double now)
+
+    cpdef _rearm_after(self, _Task task, double finished_at)
+
+
+cdef class Scheduler(_Engine):
+    @cython.locals(task=_Task)
+    cdef _add(self, double due, object fn, object interval, object args, object kwargs, object mode,
+              object missed, object options, str name)
+
+    @cython.locals(task=_Task)
+    cpdef cancel(self, object task_id)
+
+    @cython.locals(task=_Task, due=double)
+    cpdef reschedule(self, object task_id, object delay)
+
+
+@cython.locals(run=Run)
+cdef Run _new_run(_Engine engine, _Task task, double scheduled_for)
+
+
+@cython.locals(task=_Task)
+cdef _Task _new_task(object task_id, object fn, object interval, tuple args, object kwargs, object mode,
+                     object missed, double due, object options)
