@@ -66,25 +66,6 @@ cdef double C_MAX_TICKS = <double>(1ULL << 62)
 cdef uint64_t SMALL_GEN = 1ULL << 31   # ids of generations below this fit a signed 64-bit int
 
 
-ctypedef struct Entry:      # _core_py._Entry, 40 bytes
-    double due
-    int64_t tick
-    uint64_t seq
-    uint64_t gen
-    int32_t bucket
-    uint32_t pos
-
-ctypedef struct Bucket:     # one slot's list of pool indices
-    uint32_t* items
-    uint32_t len
-    uint32_t cap
-
-ctypedef struct Fired:      # a due timer, sorted by (due, seq) before it is handed out
-    double due
-    uint64_t seq
-    uint32_t idx
-
-
 cdef int _fired_cmp(const void* a, const void* b) noexcept nogil:
     cdef const Fired* x = <const Fired*>a
     cdef const Fired* y = <const Fired*>b
@@ -139,25 +120,7 @@ cdef inline object _make_id(uint64_t gen, uint32_t idx):
 cdef class _Wheel:
     """The wheel's storage and its internal operations (see _core_py._Wheel); TimerWheel is its face."""
 
-    cdef double _resolution, _ticks_per_second, _start, _now, _min_due
-    cdef int _slots, _levels, _bits, _top, _span_bits, _current, _words
-    cdef int64_t _elapsed
-    cdef Bucket* _buckets
-    cdef uint64_t* _bitmaps         # _words 64-bit words per used level
-    cdef int64_t* _top_epoch
-    cdef Entry* _entries
-    cdef uint32_t _size, _capacity  # pool entries in use (ever handed out) / allocated
-    cdef uint32_t _free
-    cdef Py_ssize_t _count
-    cdef uint64_t _seq
-    cdef bint _min_valid
-    cdef bint _advancing
-    cdef Fired* _scratch
-    cdef uint32_t _scratch_cap
-    cdef Fired* _heap               # the slot heap: a min-heap by due over one bucket (see _slot_min)
-    cdef uint32_t _heap_len, _heap_cap
-    cdef int _heap_bucket           # the bucket it covers, or -1: none
-    cdef list _items                # a Python list beside the pool: the GC sees the items
+    # (its fields are declared in _core_c.pxd, where the engine, compiled, can see them)
 
     def __cinit__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
         # Everything is set up here, not in __init__: TimerWheel.__new__(TimerWheel) alone gives a valid
@@ -218,7 +181,7 @@ cdef class _Wheel:
         PyMem_Free(self._heap)
 
     @cython.final
-    cdef inline int64_t _tick_of(self, double t, str name) except -2:
+    cdef int64_t _tick_of(self, double t, str name) except -2:
         """floor((t - start) * (1 / resolution)), -1 before start; OverflowError at 2**62 ticks (see _core_py)."""
         cdef double x = (t - self._start) * self._ticks_per_second
         if x < 0:
@@ -231,7 +194,7 @@ cdef class _Wheel:
         return <int64_t>x   # x >= 0: the cast truncates, which is floor
 
     @cython.final
-    cdef inline int _bucket_for(self, int64_t tick) noexcept:
+    cdef int _bucket_for(self, int64_t tick) noexcept:
         cdef int64_t elapsed = self._elapsed
         cdef int level
         if tick <= elapsed:
@@ -240,7 +203,7 @@ cdef class _Wheel:
         return level * self._slots + slot_for(tick, level, self._bits)
 
     @cython.final
-    cdef inline int _reserve(self, int bucket) except -1:
+    cdef int _reserve(self, int bucket) except -1:
         """Make room for one more entry in `bucket`, before anything is changed."""
         if self._buckets[bucket].len < self._buckets[bucket].cap:
             return 0
@@ -260,7 +223,7 @@ cdef class _Wheel:
         return 0
 
     @cython.final
-    cdef inline void _link(self, uint32_t idx, int bucket) noexcept:
+    cdef void _link(self, uint32_t idx, int bucket) noexcept:
         """Append entry `idx` to `bucket` (room reserved), marking the slot occupied."""
         cdef Entry* entry = &self._entries[idx]
         cdef Bucket* b = &self._buckets[bucket]
@@ -282,13 +245,13 @@ cdef class _Wheel:
             self._heap_push(idx)
 
     @cython.final
-    cdef inline void _clear_bit(self, int bucket) noexcept:
+    cdef void _clear_bit(self, int bucket) noexcept:
         cdef int level = bucket >> self._bits
         cdef int slot = bucket & (self._slots - 1)
         self._bitmaps[level * self._words + (slot >> 6)] &= ~(1ULL << (slot & 63))
 
     @cython.final
-    cdef inline void _unlink(self, uint32_t idx) noexcept:
+    cdef void _unlink(self, uint32_t idx) noexcept:
         """Remove entry `idx` from its bucket in O(1): move the last one into its place, then shrink."""
         cdef Entry* entry = &self._entries[idx]
         cdef int bucket = entry.bucket
@@ -328,7 +291,7 @@ cdef class _Wheel:
         return 0
 
     @cython.final
-    cdef inline uint32_t _alloc(self) noexcept:
+    cdef uint32_t _alloc(self) noexcept:
         cdef uint32_t idx = self._free
         if idx != C_ID_MASK:
             self._free = self._entries[idx].pos
@@ -339,7 +302,7 @@ cdef class _Wheel:
         return idx
 
     @cython.final
-    cdef inline object _release(self, uint32_t idx):
+    cdef object _release(self, uint32_t idx):
         """Put entry `idx` (already unlinked) on the free list; return its item. Its id is now stale."""
         cdef Entry* entry = &self._entries[idx]
         entry.gen += 1
@@ -352,7 +315,7 @@ cdef class _Wheel:
         return item
 
     @cython.final
-    cdef inline int64_t _lookup(self, object timer_id) except -2:
+    cdef int64_t _lookup(self, object timer_id) except -2:
         """The pool index of a pending timer, or -1. TypeError if timer_id is not an int."""
         cdef int overflow = 0
         cdef long long v
@@ -386,7 +349,7 @@ cdef class _Wheel:
         return idx
 
     @cython.final
-    cdef inline object _insert(self, double due, int64_t tick, object item):
+    cdef object _insert(self, double due, int64_t tick, object item):
         cdef int bucket
         while True:   # prepare: room in the bucket and a free entry, before anything is changed
             bucket = self._bucket_for(tick)
@@ -853,7 +816,7 @@ cdef class TimerWheel(_Wheel):
         cdef double due = self._now + d
         return self._insert(due, self._tick_of(due, "delay"), item)
 
-    def add_at(self, due, item):
+    cpdef add_at(self, due, item):
         """Add a timer due at the absolute time `due`; return its id. O(1).
 
         A due at or before `now` is allowed: the timer comes out at the next advance().
@@ -865,7 +828,7 @@ cdef class TimerWheel(_Wheel):
         cdef double at = _seconds(due, "due")
         return self._insert(at, self._tick_of(at, "due"), item)
 
-    def cancel(self, timer_id):
+    cpdef cancel(self, timer_id):
         """Remove a pending timer. O(1).
 
         Returns:
@@ -904,7 +867,7 @@ cdef class TimerWheel(_Wheel):
         cdef double due = self._now + d
         return self._move(timer_id, due, self._tick_of(due, "delay"))
 
-    def reschedule_at(self, timer_id, due):
+    cpdef reschedule_at(self, timer_id, due):
         """Move a pending timer to the absolute time `due`, keeping its id. O(1); as reschedule().
 
         A due at or before `now` comes out at the next advance().

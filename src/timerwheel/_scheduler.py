@@ -49,6 +49,7 @@ logger = logging.getLogger("timerwheel")
 MAX_ERRORS = 1000
 _NO_OPTIONS = RunOptions()
 # Constants the hot paths compare against (the compiled build keeps them as C values, see _scheduler_c.pxd).
+_COMPILED = __name__.endswith("_c")  # this file, built by Cython as timerwheel._scheduler_c
 _INF = math.inf
 _FIXED_DELAY = RepeatMode.FIXED_DELAY
 _SKIP_IF_RUNNING = RepeatMode.SKIP_IF_RUNNING
@@ -284,7 +285,7 @@ class Run:
             else:
                 now = engine._reading(engine._latest)
         self.started_at = now
-        timeout = task.options.timeout
+        timeout = None if task.options is _NO_OPTIONS else task.options.timeout  # (most tasks: no options)
         if timeout is not None:
             deadline = _Deadline(self, self.started_at + timeout)
             try:
@@ -301,7 +302,7 @@ class Run:
     def call(self) -> Any:
         """Call the job with its arguments (and its context first, for context=True); no error handling."""
         task = self.task
-        if task.options.context:
+        if task.options is not _NO_OPTIONS and task.options.context:
             return task.fn(self.context, *task.args, **(task.kwargs or {}))
         if task.kwargs is None:
             return task.fn(*task.args)
@@ -314,7 +315,8 @@ class Run:
         self._state = _DONE
         engine = self._engine
         task = self.task
-        if not task.repeat and task.options.timeout is None and engine._reports.observer is None:
+        timeout = None if task.options is _NO_OPTIONS else task.options.timeout
+        if not task.repeat and timeout is None and engine._reports.observer is None:
             finished = self.started_at  # nothing below reads the finish time: the clock is not read
         else:
             try:
@@ -333,7 +335,6 @@ class Run:
             engine._cancel_at(deadline.id)  # False while drain() holds it: it is skipped there
             deadline.id = None
             engine._others -= 1
-        timeout = task.options.timeout
         timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
         if error is not None:
             engine._failed += 1
@@ -427,7 +428,7 @@ def _new_run(engine: _Engine, task: _Task, scheduled_for: float) -> Run:
     options = task.options
     run.context = (
         JobContext(task.id, scheduled_for, options.timeout)
-        if options.context or options.timeout is not None
+        if options is not _NO_OPTIONS and (options.context or options.timeout is not None)
         else None
     )
     return run
@@ -743,10 +744,12 @@ class _Engine:
                 f"store is ahead of the clock: its time is {store.now!r}, the clock reads {start!r}"
             )
         self._store: TimerStore = store
-        # The store's three O(1) operations, bound once: the hot paths call them without a lookup.
+        # The store's three O(1) operations, bound once: the hot paths call them without a lookup. In the
+        # compiled build the hottest call the Cython wheel itself, `_wheel`, as C functions.
         self._add_at = store.add_at
         self._cancel_at = store.cancel
         self._move_at = store.reschedule_at
+        self._wheel = store if _COMPILED and type(store) is TimerWheel else None
         self._horizon = store.horizon  # a clock reading from here on is a failure, not a time
         self._latest = start  # the latest clock read: time never goes backwards in here
         self._reports = _Reports(
@@ -825,7 +828,8 @@ class _Engine:
 
     def add_timer(self, timer: Timer, due: float) -> None:
         """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
-        timer.id = self._add_at(due, timer)
+        wheel = self._wheel
+        timer.id = wheel.add_at(due, timer) if wheel is not None else self._add_at(due, timer)
         timer.due = due
         self._others += 1
         if self._wake is not None and not self._draining:
@@ -833,7 +837,10 @@ class _Engine:
 
     def move_timer(self, timer: Timer, due: float) -> bool:
         """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
-        if timer.id is None or not self._move_at(timer.id, due):
+        wheel = self._wheel
+        if timer.id is None or not (
+            wheel.reschedule_at(timer.id, due) if wheel is not None else self._move_at(timer.id, due)
+        ):
             return False
         timer.due = due
         if self._wake is not None and not self._draining:
@@ -849,7 +856,11 @@ class _Engine:
         timer_id, timer.id = timer.id, None
         if timer_id is None:
             return False
-        self._cancel_at(timer_id)  # False when drain() holds it: it is skipped there
+        wheel = self._wheel
+        if wheel is not None:
+            wheel.cancel(timer_id)  # False when drain() holds it: it is skipped there
+        else:
+            self._cancel_at(timer_id)
         self._others -= 1
         return True
 
@@ -1022,8 +1033,9 @@ class _Engine:
         call in between, and the new timer is taken back. A due that the store cannot hold (an interval
         that runs off the end of the clock's range) ends the task, with an error recorded.
         """
+        wheel = self._wheel
         try:
-            timer_id = self._add_at(due, task)
+            timer_id = wheel.add_at(due, task) if wheel is not None else self._add_at(due, task)
         except (OverflowError, ValueError) as exc:
             if task.live:
                 task.live = False
@@ -1340,9 +1352,10 @@ class Scheduler(_Engine):
         # a later one), so that a call that raised takes no id.
         task_id = self._last_id + 1
         self._last_id = task_id
+        wheel = self._wheel
         try:
             task = _new_task(task_id, fn, interval, args, kw, mode, missed, due, options)
-            timer_id = self._add_at(due, task)
+            timer_id = wheel.add_at(due, task) if wheel is not None else self._add_at(due, task)
         except BaseException as exc:
             if self._last_id == task_id:
                 self._last_id = task_id - 1
@@ -1372,8 +1385,12 @@ class Scheduler(_Engine):
             self._cal.tasks.discard(task)
         timer_id = task.timer_id
         task.timer_id = None
-        if timer_id is not None:
-            self._cancel_at(timer_id)  # False when just taken: drain() sees the task is not live
+        if timer_id is not None:  # (False when just taken: drain() sees the task is not live)
+            wheel = self._wheel
+            if wheel is not None:
+                wheel.cancel(timer_id)
+            else:
+                self._cancel_at(timer_id)
         if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
             task.waiting.forget()
         self._cancelled += 1
@@ -1409,8 +1426,11 @@ class Scheduler(_Engine):
             task.waiting._forget()
         task.overdue = False
         timer_id = task.timer_id
+        wheel = self._wheel
         try:
-            if timer_id is None or not self._move_at(timer_id, due):
+            if timer_id is None or not (
+                wheel.reschedule_at(timer_id, due) if wheel is not None else self._move_at(timer_id, due)
+            ):
                 # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
                 timer_id = self._add_at(due, task)
                 if not task.live:  # cancelled by a finalizer while the store worked

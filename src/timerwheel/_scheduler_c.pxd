@@ -5,7 +5,10 @@
 # become cpdef (callable from C without a Python call). It must never change what the code does.
 cimport cython
 
+from timerwheel._core_c cimport TimerWheel as _CWheel
+
 cdef double _INF
+cdef bint _COMPILED
 cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _NO_OPTIONS
 
 
@@ -82,6 +85,7 @@ cdef class _Engine:
     cdef public object _read
     cdef public object _store
     cdef public object _add_at, _cancel_at, _move_at
+    cdef public _CWheel _wheel
     cdef public double _horizon
     cdef public double _latest
     cdef public _Reports _reports
@@ -105,7 +109,17 @@ cdef class _Engine:
     @cython.locals(run=Run, scheduled_for=double)
     cpdef int _fire(self, _Task task, double now, object driver) except -1
 
+    @cython.locals(wheel=_CWheel)
     cpdef _arm(self, _Task task, double due)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef add_timer(self, object timer, double due)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef move_timer(self, object timer, double due)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef cancel_timer(self, object timer)
 
     @cython.locals(due=double)
     cpdef _rearm_on_grid(self, _Task task, double scheduled_for, double now)
@@ -114,14 +128,14 @@ cdef class _Engine:
 
 
 cdef class Scheduler(_Engine):
-    @cython.locals(task=_Task)
+    @cython.locals(task=_Task, wheel=_CWheel)
     cdef _add(self, double due, object fn, object interval, object args, object kwargs, object mode,
               object missed, object options, str name)
 
-    @cython.locals(task=_Task)
+    @cython.locals(task=_Task, wheel=_CWheel)
     cpdef cancel(self, object task_id)
 
-    @cython.locals(task=_Task, due=double)
+    @cython.locals(task=_Task, due=double, wheel=_CWheel)
     cpdef reschedule(self, object task_id, object delay)
 
 

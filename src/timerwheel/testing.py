@@ -10,6 +10,7 @@ import selectors
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from ._clock import Clock
@@ -51,6 +52,11 @@ class ManualClock(Clock):
     def __call__(self) -> float:
         """The current time, in seconds."""
         return self._now
+
+    @property
+    def reader(self) -> Callable[[], float]:
+        """What the schedulers call to read this clock: the same reading as calling it, cheaper to call."""
+        return partial(getattr, self, "_now")
 
     def __repr__(self) -> str:
         return f"ManualClock({self._now!r}, wall={self.wall()!r})"
