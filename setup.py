@@ -50,10 +50,25 @@ def extensions() -> list[Extension]:
     # Cython with the C types of _scheduler_c.pxd, the module _scheduler_c (one source, two builds).
     # Annotations are documentation only: the types are all in the .pxd.
     engine = Extension("timerwheel._scheduler_c", ["src/timerwheel/_scheduler.py"])
-    return cythonize(
-        [core, engine],
-        compiler_directives={"language_level": "3", "annotation_typing": False, "binding": True},
+    # nonecheck: a typed field that is None (a Run made by hand, a Scheduler whose __init__ has not run)
+    # raises AttributeError, as in Python, instead of crashing the interpreter.
+    directives = {"language_level": "3", "annotation_typing": False, "binding": True}
+    # Cython tracks the .pxd of a .pyx by its name, not the .pxd that the engine's module name finds:
+    # regenerate the engine's C when either .pxd is newer than it.
+    stale = _newer(
+        "src/timerwheel/_scheduler.c", "src/timerwheel/_scheduler_c.pxd", "src/timerwheel/_core_c.pxd"
     )
+    return [
+        *cythonize([core], compiler_directives=directives),
+        *cythonize([engine], compiler_directives={**directives, "nonecheck": True}, force=stale),
+    ]
+
+
+def _newer(target: str, *sources: str) -> bool:
+    """Whether a source is newer than the generated `target` (or `target` is missing)."""
+    if not os.path.exists(target):
+        return True
+    return any(os.path.getmtime(source) > os.path.getmtime(target) for source in sources)
 
 
 setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})

@@ -3,7 +3,7 @@
 Both hold `size` keys (jobs) due 1 to 27 hours ahead, a one-shot each (seeded, the same for both), and
 nothing runs: KeyedScheduler sits on a started Scheduler (the default clocks: time.monotonic, and
 time.time for the wall) that nobody calls run_pending() on; APScheduler is started paused, so its jobs
-only sit in the store. Each round does OPS operations; report.py divides by OPS.
+only sit in the store. Each round does OPS operations.
 
     upsert known   KeyedScheduler.upsert(key, data) of pending keys: the O(1) move of its timer
                    APScheduler modify_job(id, next_run_time=...): the same change of an existing job
@@ -19,7 +19,7 @@ figures are of the bookkeeping, not of a calendar.
 
     python -m pytest benchmarks/test_bench_keyed.py --benchmark-only \
         --benchmark-json=benchmarks/.build/keyed.json
-    python benchmarks/report.py benchmarks/.build/keyed.json
+    python -m timerwheel bench --report benchmarks/.build/keyed.json --baseline KeyedScheduler
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 
-from _workloads import SEED, delays
 from timerwheel import KeyedScheduler, Scheduler
+from timerwheel.bench.workloads import SEED, delays
 
 SIZES = {"1e3": 10**3, "1e4": 10**4, "1e5": 10**5}
 OPS = 2_000
@@ -126,12 +126,20 @@ def aps_modify(job: tuple[Any, list[tuple[str, int]]], ops: int) -> None:
 
 
 def test_upsert_known_keyed(per_op: Any, keyed: Keyed, size: str) -> None:
-    per_op(keyed_upsert_known, (keyed, known_keys(keyed.n)), OPS, ROUNDS)
+    per_op(
+        keyed_upsert_known,
+        (keyed, known_keys(keyed.n)),
+        OPS,
+        ROUNDS,
+        record=("KeyedScheduler", "upsert_known", SIZES[size]),
+    )
     assert len(keyed.keyed) == keyed.n and keyed.sched.timers == keyed.n
 
 
 def test_upsert_known_aps(per_op: Any, aps: Any, size: str) -> None:
-    per_op(aps_modify, (aps, known_keys(aps.n)), OPS, ROUNDS)
+    per_op(
+        aps_modify, (aps, known_keys(aps.n)), OPS, ROUNDS, record=("APScheduler", "upsert_known", SIZES[size])
+    )
     assert len(aps.sched.get_jobs()) == aps.n
 
 
@@ -165,7 +173,14 @@ def aps_remove(a: Any, ops: int) -> None:
 
 
 def test_upsert_new_keyed(per_op: Any, keyed: Keyed, size: str) -> None:
-    per_op(keyed_upsert_new, keyed, OPS, ROUNDS, setup=lambda: keyed_remove(keyed, OPS))
+    per_op(
+        keyed_upsert_new,
+        keyed,
+        OPS,
+        ROUNDS,
+        setup=lambda: keyed_remove(keyed, OPS),
+        record=("KeyedScheduler", "upsert_new", SIZES[size]),
+    )
     keyed_remove(keyed, OPS)
 
 
@@ -174,17 +189,31 @@ def test_upsert_new_aps(per_op: Any, aps: Any, size: str) -> None:
         if aps.sched.get_job("new0") is not None:
             aps_remove(aps, OPS)
 
-    per_op(aps_add, aps, OPS, ROUNDS, setup=clear)
+    per_op(aps_add, aps, OPS, ROUNDS, setup=clear, record=("APScheduler", "upsert_new", SIZES[size]))
     clear()
 
 
 def test_remove_keyed(per_op: Any, keyed: Keyed, size: str) -> None:
-    per_op(keyed_remove, keyed, OPS, ROUNDS, setup=lambda: keyed_upsert_new(keyed, OPS))
+    per_op(
+        keyed_remove,
+        keyed,
+        OPS,
+        ROUNDS,
+        setup=lambda: keyed_upsert_new(keyed, OPS),
+        record=("KeyedScheduler", "remove", SIZES[size]),
+    )
     assert len(keyed.keyed) == keyed.n
 
 
 def test_remove_aps(per_op: Any, aps: Any, size: str) -> None:
-    per_op(aps_remove, aps, OPS, ROUNDS, setup=lambda: aps_add(aps, OPS))
+    per_op(
+        aps_remove,
+        aps,
+        OPS,
+        ROUNDS,
+        setup=lambda: aps_add(aps, OPS),
+        record=("APScheduler", "remove", SIZES[size]),
+    )
     assert len(aps.sched.get_jobs()) == aps.n
 
 
@@ -199,7 +228,13 @@ def next_run_alone(job: tuple[Keyed, list[tuple[str, int]]], ops: int) -> None:
 
 
 def test_next_run_alone(per_op: Any, keyed: Keyed, size: str) -> None:
-    per_op(next_run_alone, (keyed, known_keys(keyed.n)), OPS, ROUNDS)
+    per_op(
+        next_run_alone,
+        (keyed, known_keys(keyed.n)),
+        OPS,
+        ROUNDS,
+        record=("next_run alone", "upsert_known", SIZES[size]),
+    )
 
 
 def snapshot(k: Keyed, ops: int) -> None:
@@ -207,4 +242,4 @@ def snapshot(k: Keyed, ops: int) -> None:
 
 
 def test_snapshot_keyed(per_op: Any, keyed: Keyed, size: str) -> None:
-    per_op(snapshot, keyed, keyed.n, 5)
+    per_op(snapshot, keyed, keyed.n, 5, record=("KeyedScheduler", "snapshot", SIZES[size]))

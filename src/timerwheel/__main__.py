@@ -1,9 +1,10 @@
 """`python -m timerwheel`: the backend in use and a short side-by-side timing; `bench` for the full suite.
 
-    python -m timerwheel                    # the backend, and a few seconds against asyncio and a heap
+    python -m timerwheel                    # the backend, and a few seconds of like against like
     python -m timerwheel bench              # every competitor, operation and size (minutes)
     python -m timerwheel bench --quick      # a few seconds
     python -m timerwheel bench --sizes 1e4,1e6 --ops schedule_cancel,reset --json out.json --plot out.png
+    python -m timerwheel bench --report out.json     # the tables of a saved run (or of benchmarks/' JSON)
 
 Every figure is a median of several rounds with the garbage collector off, each competitor in its own
 process; docs/performance.md explains the methods and the results on one machine.
@@ -18,7 +19,7 @@ import platform
 import sys
 
 from . import BACKEND, __version__
-from ._bench import COMPETITORS, OPERATIONS, format_report, plot, run_bench, worker_main
+from .bench import COMPETITORS, OPERATIONS, format_report, load, plot, run_bench, worker_main
 
 DEFAULT_SIZES = [10**3, 10**4, 10**5, 10**6, 10**7]
 QUICK_SIZES = [10**3, 10**4]
@@ -68,6 +69,14 @@ def bench(argv: list[str]) -> int:
     parser.add_argument("--budget", type=float, default=None, help="seconds per round (default 0.05)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="plot the results (needs matplotlib)")
+    parser.add_argument(
+        "--report",
+        metavar="FILE",
+        help="print (and --plot) the results in FILE: a --json file, or pytest-benchmark's from benchmarks/",
+    )
+    parser.add_argument(
+        "--baseline", help="the competitor the ratios are to (default: the wheel of the backend in use)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # the process of one competitor
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
@@ -77,6 +86,16 @@ def bench(argv: list[str]) -> int:
         parser.error("--rounds must be >= 1 and --budget a number of seconds > 0")
     if args.worker:
         return worker_main(args.worker, sizes, args.ops, rounds, budget)
+    if args.report:
+        try:
+            saved = load(args.report)
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--report: cannot read {args.report}: {exc}")
+        print(format_report(saved, args.baseline))
+        if args.plot:
+            plot(saved, args.plot)
+            print(f"wrote {args.plot}")
+        return 0
     if args.plot:
         try:
             import matplotlib  # noqa: F401
@@ -88,7 +107,7 @@ def bench(argv: list[str]) -> int:
         parser.error(f"--json: cannot write {args.json}: {exc.strerror}")
     try:
         report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
-        print(format_report(report))
+        print(format_report(report, args.baseline))
         if out is not None:
             json.dump(report, out, indent=1)
             print(f"\nwrote {args.json}")
@@ -102,20 +121,36 @@ def bench(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
-def demo() -> int:
-    """`python -m timerwheel`: the backend, and a short comparison at 10^5 pending timers."""
-    print(f"timerwheel {__version__}, backend: {BACKEND}")
-    print(
-        f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.machine()}\n"
-    )
-    report = run_bench(
-        ["timerwheel", "asyncio", "AsyncScheduler", "HeapScheduler"],
-        [DEMO_SIZE],
+#: What `python -m timerwheel` compares: like with like, each group against its own baseline.
+DEMO = [
+    (
+        "The timing wheel against a heap",
+        ["{wheel}", "heapq"],
         ["schedule_cancel", "reset", "schedule_expire"],
-        rounds=5,
-        budget=0.02,
-    )
-    print(format_report(report).split("\n", 2)[2].split("\nTimer-wheel packages")[0].lstrip("\n"))
+    ),
+    (
+        "The job engine against the same engine on a heap, and asyncio's call_later",
+        ["Scheduler", "HeapScheduler", "asyncio"],
+        ["schedule_cancel", "reset", "schedule_expire"],
+    ),
+    (
+        "Timeouts: AsyncScheduler.timeout against asyncio.timeout",
+        ["AsyncScheduler.timeout", "asyncio.timeout"],
+        ["schedule_cancel", "reset"],
+    ),
+]
+
+
+def demo() -> int:
+    """`python -m timerwheel`: the backend, and a short comparison at 10^5 pending timers, like with like."""
+    print(f"timerwheel {__version__}, backend: {BACKEND}")
+    print(f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.machine()}")
+    wheel = "timerwheel" if BACKEND == "cython" else "timerwheel-py"
+    for title, names, ops in DEMO:
+        names = [n.format(wheel=wheel) for n in names]
+        report = run_bench(names, [DEMO_SIZE], ops, rounds=5, budget=0.02)
+        table = format_report(report, names[0]).split("\n", 2)[2].split("\nTimer-wheel packages")[0]
+        print(f"\n== {title} ==\n{table.strip()}")
     print("\nThe whole comparison: python -m timerwheel bench --help; docs/performance.md")
     return 0
 

@@ -498,6 +498,8 @@ class _Wheel:
         C array. If a finalizer changes the wheel meanwhile the answer may be out of date: callers compare
         _version, as every scan here does.
         """
+        if bucket < 0:  # no slot left (a finalizer emptied the wheel)
+            return -1
         lst = self._buckets[bucket]
         entries = self._entries
         if len(lst) > HEAP_MIN and not self._heap_owed:
@@ -517,7 +519,8 @@ class _Wheel:
                     if entry.bucket == bucket and entry.seq == seq:
                         return idx
                     heappop(heap)
-        return min(list(lst), key=lambda i: entries[i].due)
+        # (-1 if a finalizer that the snapshot's allocation ran emptied the bucket: the caller looks again)
+        return min(list(lst), key=lambda i: entries[i].due, default=-1)
 
     def _first_slot(self) -> int:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
@@ -526,7 +529,10 @@ class _Wheel:
             _, bucket = self._next_event()
             if bucket >> self._bits != self._top:
                 return bucket
-            exact = self._entries[self._slot_min(bucket)].tick >> self._span_bits  # the earliest due's tick
+            idx = self._slot_min(bucket)
+            if idx < 0:
+                continue  # a finalizer emptied the slot meanwhile: look again
+            exact = self._entries[idx].tick >> self._span_bits  # the earliest due's tick
             slot = bucket & self._mask
             # commit: no calls between the check and the store
             if version != self._version:
@@ -534,6 +540,7 @@ class _Wheel:
             if exact == self._top_epoch[slot]:
                 return bucket
             self._top_epoch[slot] = exact  # was a stale lower bound (its earliest timer left): look again
+            self._version += 1  # and so must an outer scan that a finalizer's next_due() interrupted
 
     # -- invariants --------------------------------------------------------------------------------------
 
@@ -883,10 +890,16 @@ class TimerWheel(_Wheel):
                 return self._min_due
             version = self._version
             if self._advancing:  # asked by a finalizer in the middle of an advance(): read everything
-                due = min(entry.due for entry in list(self._entries) if entry.bucket != FREE)
+                found = min((e.due for e in list(self._entries) if e.bucket != FREE), default=None)
+                if found is None:
+                    continue  # a finalizer emptied the wheel meanwhile: look again
+                due = found
             else:
                 bucket = self._current if self._buckets[self._current] else self._first_slot()
-                due = self._entries[self._slot_min(bucket)].due
+                idx = self._slot_min(bucket)
+                if idx < 0:
+                    continue  # a finalizer emptied the slot meanwhile: look again
+                due = self._entries[idx].due
             # commit: no calls between the check and the store
             if version == self._version and not self._advancing:
                 self._min_due = due

@@ -100,6 +100,8 @@ cdef class _Engine:
     cdef public object _driver
     cdef public object _wake
     cdef public _Calendar _cal
+    cdef dict __dict__  # attributes of the user's own, as on any Python object
+    cdef object __weakref__  # weakref.ref(sched), WeakMethod(sched.run_pending), weakref.finalize
 
     @cython.locals(task=_Task, calls="long long", started=int, taken="Py_ssize_t", batch=list)
     cpdef int drain(self, double now, object driver=*) except -1
