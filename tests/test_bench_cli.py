@@ -214,3 +214,10 @@ def test_report_prints_a_saved_run_and_pytest_benchmark_json(
     table = capsys.readouterr().out
     assert "ratio to Scheduler" in table
     assert "200 (1.0x)" in table and "600 (3.0x)" in table  # 2 us / 10 ops = 200 ns; the heap 3x that
+
+
+def test_an_operation_a_competitor_cannot_do_is_reported_and_the_rest_measured() -> None:
+    """ThreadedScheduler cannot expire timers on a virtual clock: the worker says so and goes on."""
+    records = list(worker("ThreadedScheduler", [100], ["schedule_expire", "memory"], 1, 0.001))
+    assert records[1]["op"] == "schedule_expire" and "real time" in records[1]["unsupported"]
+    assert records[2]["op"] == "memory" and records[2]["bytes"] > 0

@@ -744,12 +744,14 @@ class _Engine:
                 f"store is ahead of the clock: its time is {store.now!r}, the clock reads {start!r}"
             )
         self._store: TimerStore = store
-        # The store's three O(1) operations, bound once: the hot paths call them without a lookup. In the
-        # compiled build the hottest call the Cython wheel itself, `_wheel`, as C functions.
-        self._add_at = store.add_at
-        self._cancel_at = store.cancel
-        self._move_at = store.reschedule_at
+        # The store's three O(1) operations, called through _add_at(), _cancel_at() and _move_at(). In
+        # Python the store's bound methods take their place on the instance (no call in between); the
+        # compiled build keeps the methods, which call the Cython wheel, `_wheel`, as C functions.
         self._wheel = store if _COMPILED and type(store) is TimerWheel else None
+        if not _COMPILED:  # (setattr: the compiled build may not even write these names)
+            setattr(self, "_add_at", store.add_at)  # noqa: B010
+            setattr(self, "_cancel_at", store.cancel)  # noqa: B010
+            setattr(self, "_move_at", store.reschedule_at)  # noqa: B010
         self._horizon = store.horizon  # a clock reading from here on is a failure, not a time
         self._latest = start  # the latest clock read: time never goes backwards in here
         self._reports = _Reports(
@@ -824,12 +826,29 @@ class _Engine:
         except Exception:
             return max(fallback, self._latest)
 
+    # -- the store's operations (see __init__) -----------------------------------------------------------
+
+    def _add_at(self, due: float, item: Any) -> int:
+        wheel = self._wheel
+        return wheel.add_at(due, item) if wheel is not None else self._store.add_at(due, item)
+
+    def _cancel_at(self, timer_id: int) -> bool:
+        wheel = self._wheel
+        return wheel.cancel(timer_id) if wheel is not None else self._store.cancel(timer_id)
+
+    def _move_at(self, timer_id: int, due: float) -> bool:
+        wheel = self._wheel
+        return (
+            wheel.reschedule_at(timer_id, due)
+            if wheel is not None
+            else self._store.reschedule_at(timer_id, due)
+        )
+
     # -- plain timers ------------------------------------------------------------------------------------
 
     def add_timer(self, timer: Timer, due: float) -> None:
         """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
-        wheel = self._wheel
-        timer.id = wheel.add_at(due, timer) if wheel is not None else self._add_at(due, timer)
+        timer.id = self._add_at(due, timer)
         timer.due = due
         self._others += 1
         if self._wake is not None and not self._draining:
@@ -837,10 +856,7 @@ class _Engine:
 
     def move_timer(self, timer: Timer, due: float) -> bool:
         """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
-        wheel = self._wheel
-        if timer.id is None or not (
-            wheel.reschedule_at(timer.id, due) if wheel is not None else self._move_at(timer.id, due)
-        ):
+        if timer.id is None or not self._move_at(timer.id, due):
             return False
         timer.due = due
         if self._wake is not None and not self._draining:
@@ -856,11 +872,7 @@ class _Engine:
         timer_id, timer.id = timer.id, None
         if timer_id is None:
             return False
-        wheel = self._wheel
-        if wheel is not None:
-            wheel.cancel(timer_id)  # False when drain() holds it: it is skipped there
-        else:
-            self._cancel_at(timer_id)
+        self._cancel_at(timer_id)  # False when drain() holds it: it is skipped there
         self._others -= 1
         return True
 
@@ -1033,9 +1045,8 @@ class _Engine:
         call in between, and the new timer is taken back. A due that the store cannot hold (an interval
         that runs off the end of the clock's range) ends the task, with an error recorded.
         """
-        wheel = self._wheel
         try:
-            timer_id = wheel.add_at(due, task) if wheel is not None else self._add_at(due, task)
+            timer_id = self._add_at(due, task)
         except (OverflowError, ValueError) as exc:
             if task.live:
                 task.live = False
@@ -1352,10 +1363,9 @@ class Scheduler(_Engine):
         # a later one), so that a call that raised takes no id.
         task_id = self._last_id + 1
         self._last_id = task_id
-        wheel = self._wheel
         try:
             task = _new_task(task_id, fn, interval, args, kw, mode, missed, due, options)
-            timer_id = wheel.add_at(due, task) if wheel is not None else self._add_at(due, task)
+            timer_id = self._add_at(due, task)
         except BaseException as exc:
             if self._last_id == task_id:
                 self._last_id = task_id - 1
@@ -1385,12 +1395,8 @@ class Scheduler(_Engine):
             self._cal.tasks.discard(task)
         timer_id = task.timer_id
         task.timer_id = None
-        if timer_id is not None:  # (False when just taken: drain() sees the task is not live)
-            wheel = self._wheel
-            if wheel is not None:
-                wheel.cancel(timer_id)
-            else:
-                self._cancel_at(timer_id)
+        if timer_id is not None:
+            self._cancel_at(timer_id)  # False when just taken: drain() sees the task is not live
         if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
             task.waiting.forget()
         self._cancelled += 1
@@ -1426,11 +1432,8 @@ class Scheduler(_Engine):
             task.waiting._forget()
         task.overdue = False
         timer_id = task.timer_id
-        wheel = self._wheel
         try:
-            if timer_id is None or not (
-                wheel.reschedule_at(timer_id, due) if wheel is not None else self._move_at(timer_id, due)
-            ):
+            if timer_id is None or not self._move_at(timer_id, due):
                 # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
                 timer_id = self._add_at(due, task)
                 if not task.live:  # cancelled by a finalizer while the store worked

@@ -84,7 +84,6 @@ cdef class _Engine:
     cdef public object _clock
     cdef public object _read
     cdef public object _store
-    cdef public object _add_at, _cancel_at, _move_at
     cdef public _CWheel _wheel
     cdef public double _horizon
     cdef public double _latest
@@ -111,17 +110,22 @@ cdef class _Engine:
     @cython.locals(run=Run, scheduled_for=double)
     cpdef int _fire(self, _Task task, double now, object driver) except -1
 
-    @cython.locals(wheel=_CWheel)
     cpdef _arm(self, _Task task, double due)
 
-    @cython.locals(wheel=_CWheel)
     cpdef add_timer(self, object timer, double due)
 
-    @cython.locals(wheel=_CWheel)
     cpdef move_timer(self, object timer, double due)
 
-    @cython.locals(wheel=_CWheel)
     cpdef cancel_timer(self, object timer)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef _add_at(self, object due, object item)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef _cancel_at(self, object timer_id)
+
+    @cython.locals(wheel=_CWheel)
+    cpdef _move_at(self, object timer_id, object due)
 
     @cython.locals(due=double)
     cpdef _rearm_on_grid(self, _Task task, double scheduled_for, double now)
@@ -130,14 +134,14 @@ cdef class _Engine:
 
 
 cdef class Scheduler(_Engine):
-    @cython.locals(task=_Task, wheel=_CWheel)
+    @cython.locals(task=_Task)
     cdef _add(self, double due, object fn, object interval, object args, object kwargs, object mode,
               object missed, object options, str name)
 
-    @cython.locals(task=_Task, wheel=_CWheel)
+    @cython.locals(task=_Task)
     cpdef cancel(self, object task_id)
 
-    @cython.locals(task=_Task, due=double, wheel=_CWheel)
+    @cython.locals(task=_Task, due=double)
     cpdef reschedule(self, object task_id, object delay)
 
 

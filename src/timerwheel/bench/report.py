@@ -202,12 +202,10 @@ def plot(report: dict[str, Any], path: str) -> None:
             )
             if rows:
                 ys = [r.get("bytes", r.get("ns")) for r in rows]
-                style = (
-                    "-o"
-                    if name.startswith("timerwheel") or name in ("Scheduler", "AsyncScheduler")
-                    else "--s"
-                )
-                ax.plot([r["size"] for r in rows], ys, style, label=name, markersize=4, color=f"C{index}")
+                ours = COMPETITORS[name].module == "timerwheel" and name != "HeapScheduler"
+                style = "-o" if name.startswith("timerwheel") or ours else "--s"
+                color = plt.get_cmap("tab20")(index % 20)
+                ax.plot([r["size"] for r in rows], ys, style, label=name, markersize=4, color=color)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(op.replace("_", " + ") if op.startswith("schedule") else op.replace("_", " "))
