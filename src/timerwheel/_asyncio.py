@@ -13,6 +13,7 @@ import inspect
 import logging
 import math
 import time
+import types
 from asyncio import events
 from collections.abc import Callable
 from contextvars import Context, copy_context
@@ -289,7 +290,14 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     """Whether fn is a coroutine function, or an object whose __call__ is one."""
     if inspect.iscoroutinefunction(fn):
         return True
+    if type(fn) in _PLAIN_CALLABLES:  # their type's __call__ is never a coroutine function: not asked
+        return False
     return inspect.iscoroutinefunction(type(fn).__call__)
+
+
+_PLAIN_CALLABLES = frozenset(
+    {types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType, partial}
+)
 
 
 class _LoopClock(Clock):
@@ -503,6 +511,8 @@ class AsyncScheduler(DriverBase):
                 "AsyncScheduler is not thread-safe: call it from its event loop's thread "
                 "(from another thread, use loop.call_soon_threadsafe)"
             )
+
+    _COROUTINES = True
 
     def _is_coroutine(self, fn: Callable[..., Any]) -> bool:
         return _is_async(fn)
