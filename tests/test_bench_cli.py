@@ -213,6 +213,8 @@ def test_report_prints_a_saved_run_and_pytest_benchmark_json(
     assert cli.main(["bench", "--report", str(other), "--baseline", "Scheduler"]) == 0
     table = capsys.readouterr().out
     assert "ratio to Scheduler" in table
+    assert cli.main(["bench", "--report", str(other)]) == 0  # no wheel in it: ratios to the first measured
+    assert "ratio to Scheduler" in capsys.readouterr().out
     assert "200 (1.0x)" in table and "600 (3.0x)" in table  # 2 us / 10 ops = 200 ns; the heap 3x that
 
 

@@ -112,8 +112,11 @@ def run_bench(
 def format_report(report: dict[str, Any], baseline: str | None = None) -> str:
     """The results as tables (one per operation): ns per operation, and the ratio to the baseline (by
     default the Cython wheel, or the pure-Python one where the extension is not in use)."""
-    if baseline is None:
-        baseline = "timerwheel" if "timerwheel" in report["versions"] else "timerwheel-py"
+    if baseline is None:  # the wheel of the backend in use, else the first competitor measured
+        baseline = next(
+            (n for n in ("timerwheel", "timerwheel-py", *report["versions"]) if n in report["versions"]),
+            "timerwheel",
+        )
     out = []
     machine = report["machine"]
     out.append(f"{machine['python']} on {machine['platform']}; {machine['cpu']} ({machine['cpus']} CPUs)")
