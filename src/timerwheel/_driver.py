@@ -50,7 +50,7 @@ class Lifecycle(enum.Enum):
     CLOSED = "closed"
 
 
-_NEW, _RUNNING, _CLOSED = Lifecycle.NEW, Lifecycle.RUNNING, Lifecycle.CLOSED  # (a global read is cheaper)
+_NEW, _RUNNING = Lifecycle.NEW, Lifecycle.RUNNING  # (a global read is cheaper than the class attribute)
 
 
 class DriverBase:
