@@ -1,4 +1,4 @@
-"""Build the one Cython extension, or fall back to the pure-Python core when it cannot be built.
+"""Build the Cython extensions, or fall back to the pure-Python modules when they cannot be built.
 
 Everything else about the package lives in pyproject.toml. Set TIMERWHEEL_NO_EXTENSIONS=1 to skip the
 extension on purpose. A build that fails (no C compiler, no Cython) is reported and the install goes on
@@ -50,17 +50,20 @@ def extensions() -> list[Extension]:
     # Cython with the C types of _scheduler_c.pxd, the module _scheduler_c (one source, two builds).
     # Annotations are documentation only: the types are all in the .pxd.
     engine = Extension("timerwheel._scheduler_c", ["src/timerwheel/_scheduler.py"])
+    drivers = Extension("timerwheel._driver_c", ["src/timerwheel/_driver.py"])  # the same, for their base
     # nonecheck: a typed field that is None (a Run made by hand, a Scheduler whose __init__ has not run)
     # raises AttributeError, as in Python, instead of crashing the interpreter.
     directives = {"language_level": "3", "annotation_typing": False, "binding": True}
     # Cython tracks the .pxd of a .pyx by its name, not the .pxd that the engine's module name finds:
     # regenerate the engine's C when either .pxd is newer than it.
-    stale = _newer(
-        "src/timerwheel/_scheduler.c", "src/timerwheel/_scheduler_c.pxd", "src/timerwheel/_core_c.pxd"
-    )
+    pxds = ["src/timerwheel/_scheduler_c.pxd", "src/timerwheel/_core_c.pxd"]
+    stale = _newer("src/timerwheel/_scheduler.c", *pxds)
+    stale_drivers = _newer("src/timerwheel/_driver.c", "src/timerwheel/_driver_c.pxd", *pxds)
+    checked = {**directives, "nonecheck": True}
     return [
         *cythonize([core], compiler_directives=directives),
-        *cythonize([engine], compiler_directives={**directives, "nonecheck": True}, force=stale),
+        *cythonize([engine], compiler_directives=checked, force=stale),
+        *cythonize([drivers], compiler_directives=checked, force=stale_drivers),
     ]
 
 

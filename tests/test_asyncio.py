@@ -1298,3 +1298,162 @@ def test_out_of_range_delays_name_the_argument() -> None:
             assert sched.next_fire_time(task_id) == due and sched.stats().pending == 1
 
     run(main)
+
+
+# -- the compiled drivers' fast paths (issue 13) ------------------------------------------------------------
+
+
+def _sync_job() -> None:
+    pass
+
+
+async def _async_job() -> None:
+    pass
+
+
+class _AsyncCall:
+    async def __call__(self) -> None:
+        pass
+
+    async def method(self) -> None:
+        pass
+
+    def plain(self) -> None:
+        pass
+
+
+class _SyncCall:
+    def __call__(self) -> None:
+        pass
+
+
+def _with_attribute() -> None:
+    pass
+
+
+_with_attribute.tag = "x"  # type: ignore[attr-defined]  # a function with a __dict__ of its own
+
+
+def _generator() -> Any:
+    yield 1
+
+
+async def _async_generator() -> Any:
+    yield 1
+
+
+def _coroutine_callables() -> list[tuple[str, Any, bool]]:
+    import functools
+
+    cases: list[tuple[str, Any, bool]] = [
+        ("function", _sync_job, False),
+        ("coroutine function", _async_job, True),
+        ("lambda", lambda: None, False),
+        ("function with attributes", _with_attribute, False),
+        ("generator function", _generator, False),
+        ("async generator function", _async_generator, False),
+        ("partial of a function", functools.partial(_sync_job), False),
+        ("partial of a coroutine function", functools.partial(_async_job), True),
+        ("bound coroutine method", _AsyncCall().method, True),
+        ("bound method", _AsyncCall().plain, False),
+        ("object with async __call__", _AsyncCall(), True),
+        ("object with __call__", _SyncCall(), False),
+        ("builtin", len, False),
+        ("class", _SyncCall, False),
+    ]
+    if sys.version_info >= (3, 12):
+        import inspect
+
+        def marked() -> Any:
+            return _async_job()
+
+        inspect.markcoroutinefunction(marked)  # type: ignore[attr-defined]
+        cases.append(("function marked by inspect.markcoroutinefunction", marked, True))
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("what", "fn", "expected"), _coroutine_callables(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_which_callables_run_as_coroutine_jobs(what: str, fn: Any, expected: bool) -> None:
+    """is_async (the drivers' check, with a fast path for plain functions) says what inspect says."""
+    from timerwheel._engine import is_async
+
+    assert is_async(fn) is expected, what
+
+    async def main() -> bool:
+        async with AsyncScheduler() as sched:
+            task_id = sched.schedule(1, fn)
+            options = sched._engine._tasks[task_id].options
+            return bool(options.coroutine)
+
+    assert run(main) is expected, what
+
+
+def test_the_engine_wakes_the_loop_handle_exactly_when_it_must() -> None:
+    """The engine calls wake() only for a due before where the loop handle is armed (its copy of it):
+    after any sequence of jobs, call_later handles and timeouts moved, cancelled and fired, the copy is
+    the handle's due, the handle is armed at the next due, and every job and handle ran at its due."""
+    import random
+
+    rng = random.Random(1313)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[tuple[int, float, float]] = []  # (key, its due, the loop time it ran at)
+        dues: dict[int, float] = {}  # key -> its due now
+
+        def record(key: int) -> None:
+            ran.append((key, dues.pop(key), loop.time()))
+
+        async with AsyncScheduler() as sched:
+            jobs: dict[int, int] = {}  # task id -> key
+            handles: list[tuple[TimerHandle, int]] = []
+            for step in range(400):
+                now = loop.time()
+                op = rng.random()
+                delay = rng.choice([0.0, 0.5, 1.0, 3.0, 7.5, 20.0, 100.0]) * rng.random()
+                if op < 0.3:
+                    dues[step] = now + delay
+                    jobs[sched.schedule(delay, record, args=(step,))] = step
+                elif op < 0.45 and jobs:
+                    task_id = rng.choice(list(jobs))
+                    if sched.cancel(task_id):
+                        del dues[jobs.pop(task_id)]
+                elif op < 0.6 and jobs:
+                    task_id = rng.choice(list(jobs))
+                    if sched.reschedule(task_id, delay):
+                        dues[jobs[task_id]] = now + delay
+                elif op < 0.75:
+                    dues[step] = now + delay
+                    handles.append((sched.call_later(delay, record, step), step))
+                elif op < 0.85 and handles:
+                    handle, key = handles.pop(rng.randrange(len(handles)))
+                    if key in dues:
+                        handle.cancel()
+                        del dues[key]
+                elif op < 0.9 and handles:
+                    handle, key = rng.choice(handles)
+                    if key in dues and handle.reset(delay):
+                        dues[key] = now + delay
+                elif op < 0.93:  # everything cancelled: the loop handle is let go, and armed again later
+                    for task_id in jobs:
+                        sched.cancel(task_id)
+                    for handle, _ in handles:
+                        handle.cancel()
+                    jobs, handles = {}, []
+                    dues.clear()
+                else:
+                    await asyncio.sleep(rng.random() * 5)
+                jobs = {task_id: key for task_id, key in jobs.items() if key in dues}
+                assert sched._engine._wake_below == sched._armed, step
+                due = sched._engine.next_due()
+                if due is not None:
+                    assert sched._armed <= due, step  # the loop handle comes no later than the next due
+            await asyncio.sleep(200)
+        assert not dues, dues  # every job and handle not cancelled ran
+        wrong = [(key, due, at) for key, due, at in ran if at != due]
+        assert not wrong, wrong[:5]  # each at its due exactly (virtual time jumps to the loop handle)
+        assert len({key for key, _, _ in ran}) == len(ran)  # none twice
+
+    run(main)

@@ -36,15 +36,34 @@ def test_compiled_engine_loaded() -> None:
     assert type(timerwheel.Scheduler.schedule).__name__ == "cython_function_or_method"  # not Python
 
 
+@pytest.mark.skipif(NO_EXTENSIONS, reason="the pure-Python run sets TIMERWHEEL_NO_EXTENSIONS on purpose")
+def test_compiled_driver_base_loaded() -> None:
+    """The drivers' shared base is compiled too (_driver.py built by Cython): ThreadedScheduler's and
+    AsyncScheduler's schedule(), cancel() and reschedule() are compiled code that calls the engine as C."""
+    from timerwheel import _driver_c, _engine
+
+    assert _engine.DriverBase is _driver_c.DriverBase
+    assert _driver_c.__file__.endswith((".so", ".pyd"))
+    for driver in (timerwheel.ThreadedScheduler, timerwheel.AsyncScheduler):
+        assert driver.__mro__[1] is _driver_c.DriverBase
+        assert type(driver.schedule).__name__ == "cython_function_or_method"
+
+
 def test_env_var_selects_python() -> None:
     code = (
         "import timerwheel, timerwheel._engine as e; "
         "print(timerwheel.BACKEND, timerwheel.TimerWheel.__module__, e.ENGINE, "
-        "timerwheel.Scheduler.__module__)"
+        "timerwheel.Scheduler.__module__, e.DriverBase.__module__)"
     )
     env = dict(os.environ, TIMERWHEEL_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["python", "timerwheel._core_py", "python", "timerwheel._scheduler"]
+    assert out.stdout.split() == [
+        "python",
+        "timerwheel._core_py",
+        "python",
+        "timerwheel._scheduler",
+        "timerwheel._driver",
+    ]
 
 
 def test_no_python_wrapper_on_the_hot_path() -> None:

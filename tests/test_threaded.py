@@ -745,3 +745,57 @@ def test_cancelled_waiting_runs_leave_queued_and_take_no_room(
     gate.release.set()
     wait_until_idle(s)
     assert ran == ["live"] and s.stats().dropped == 0 and s.stats().queued == 0
+
+
+def test_the_engine_wakes_the_driver_exactly_when_it_must(make: Any, clock: ManualClock) -> None:
+    """The engine calls wake() only for a due before the time the driver sleeps until (its copy of it):
+    at rest, the copy is that time; every task runs when the clock reaches its due, none twice."""
+    s = make(workers=0)
+    rng = random.Random(1313)
+    dues: dict[int, float] = {}  # key -> its due now
+    ran: list[tuple[int, float, float]] = []  # (key, its due, the clock when it ran)
+    lock = threading.Lock()
+
+    def record(key: int) -> None:
+        with lock:
+            ran.append((key, dues.pop(key), clock()))
+
+    jobs: dict[int, int] = {}  # task id -> key
+    for step in range(300):
+        now = clock()
+        op = rng.random()
+        delay = rng.choice([0.0, 0.5, 1.0, 3.0, 7.5, 20.0]) * rng.random()
+        with lock:
+            if op < 0.35:
+                dues[step] = now + delay
+                jobs[s.schedule(delay, record, args=(step,))] = step
+            elif op < 0.5 and jobs:
+                task_id = rng.choice(list(jobs))
+                if s.cancel(task_id):
+                    del dues[jobs.pop(task_id)]
+            elif op < 0.65 and jobs:
+                task_id = rng.choice(list(jobs))
+                if s.reschedule(task_id, delay):
+                    dues[jobs[task_id]] = now + delay
+            elif op < 0.7:
+                for task_id in jobs:
+                    s.cancel(task_id)
+                jobs = {}
+                dues.clear()
+        if op >= 0.7:
+            target = now + rng.random() * 5
+            while (due := s._engine.next_due()) is not None and due <= target:
+                clock.set(max(due, clock()))  # the clock stops at every due: each runs at its own
+                wait_until_idle(s)
+            clock.set(target)
+        wait_until_idle(s)
+        with s._lock:
+            assert s._engine._wake_below == s._sleep_until, step
+        jobs = {task_id: key for task_id, key in jobs.items() if key in dues}
+    while (due := s._engine.next_due()) is not None:
+        clock.set(max(due, clock()))
+        wait_until_idle(s)
+    assert not dues, dues  # every task not cancelled ran
+    wrong = [(key, due, at) for key, due, at in ran if at != due]
+    assert not wrong, wrong[:5]
+    assert len({key for key, _, _ in ran}) == len(ran)  # none twice

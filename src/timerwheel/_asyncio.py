@@ -13,7 +13,6 @@ import inspect
 import logging
 import math
 import time
-import types
 from asyncio import events
 from collections.abc import Callable
 from contextvars import Context, copy_context
@@ -22,10 +21,9 @@ from threading import get_ident
 from typing import Any
 
 from ._clock import Clock
-from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
-from ._engine import Run, Timer, TimerStore
+from ._engine import CALENDAR_WAKE, DriverBase, Run, Timer, TimerStore
 from ._pool import TaskPool
-from ._types import Backpressure, JobEvent, Missed, NotStartedError
+from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, deadline, function, member
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
@@ -286,20 +284,6 @@ def _set_result_unless_cancelled(future: asyncio.Future[Any], result: Any) -> No
         future.set_result(result)
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
-    """Whether fn is a coroutine function, or an object whose __call__ is one."""
-    if inspect.iscoroutinefunction(fn):
-        return True
-    if type(fn) in _PLAIN_CALLABLES:  # their type's __call__ is never a coroutine function: not asked
-        return False
-    return inspect.iscoroutinefunction(type(fn).__call__)
-
-
-_PLAIN_CALLABLES = frozenset(
-    {types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType, partial}
-)
-
-
 class _LoopClock(Clock):
     """An event loop's time as a Clock: loop.time(), or time.monotonic where that is all it does; its wall
     clock is the loop's own wall() where it has one (VirtualTimeLoop), else time.time()."""
@@ -434,6 +418,7 @@ class AsyncScheduler(DriverBase):
         self._time = now
         self._loop = loop
         self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
+        self._caller_loop = loop if self._exact else None  # (DriverBase's hot paths check it inline)
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -466,7 +451,7 @@ class AsyncScheduler(DriverBase):
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        self._armed = math.inf
+        self._armed = self._engine._wake_below = math.inf
         jobs = self._tasks.close()
         self._engine.discard()
         for timer in self._engine.release_timers():
@@ -513,12 +498,11 @@ class AsyncScheduler(DriverBase):
             )
 
     _COROUTINES = True
-
-    def _is_coroutine(self, fn: Callable[..., Any]) -> bool:
-        return _is_async(fn)
+    _CHECKS_CALLER = True
+    _LOCKING = False  # every thread but the loop's is refused
 
     def _after_cancel(self) -> None:
-        self._disarm_if_idle()
+        self._disarm_if_idle()  # (a cancel left nothing armed)
 
     # -- timeouts, sleep and plain timers ---------------------------------------------------------------
 
@@ -658,20 +642,21 @@ class AsyncScheduler(DriverBase):
         if self._handle is not None:
             self._handle.cancel()
         self._handle = self._loop.call_at(due, self._on_wake)
-        self._armed = due
+        self._armed = self._engine._wake_below = due  # (the engine's copy: it calls wake() only below it)
 
     def _disarm_if_idle(self) -> None:
         """Nothing armed at all: take our handle off the loop (an idle scheduler holds none)."""
         if self._handle is not None and not self._dispatching and not len(self._engine.store):
             self._handle.cancel()
             self._handle = None
-            self._armed = math.inf
+            self._armed = self._engine._wake_below = math.inf
 
     def _on_wake(self) -> None:
         """Our loop handle fired: run what is due (timers and jobs), arm the handle at the next due."""
         self._handle = None
         self._thread = get_ident()
-        armed, self._armed = self._armed, math.inf
+        armed = self._armed
+        self._armed = self._engine._wake_below = math.inf
         engine = self._engine
         try:
             now = engine.now()
@@ -680,7 +665,8 @@ class AsyncScheduler(DriverBase):
             self._clock_failed(exc, self._backoff)
             if self._state is Lifecycle.RUNNING:
                 self._handle = self._loop.call_later(self._backoff, self._on_wake)
-                self._armed = -math.inf  # armed for a retry: nothing armed meanwhile moves it
+                # armed for a retry: nothing armed meanwhile moves it
+                self._armed = self._engine._wake_below = -math.inf
             return
         self._backoff = 0.0
         self._fault = None

@@ -11,12 +11,15 @@ the loop that calls engine.drain().
 from __future__ import annotations
 
 import dataclasses
-import enum
+import inspect
 import logging
 import math
 import threading
+import types
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from functools import partial
+from threading import get_ident
 from typing import Any
 
 from ._clock import Clock
@@ -27,6 +30,7 @@ from ._types import (
     ClockError,
     ClosedError,
     JobEvent,
+    Lifecycle,
     Missed,
     NotStartedError,
     RepeatMode,
@@ -36,32 +40,34 @@ from ._types import (
 )
 from ._validate import boolean, callable_or_none, member, timer_store
 
-__all__ = ["DriverBase", "Lifecycle"]
+__all__ = ["CALENDAR_WAKE", "DriverBase", "Lifecycle", "is_async"]
 
 #: A driver with calendar tasks wakes at least this often (seconds), to notice a step of the wall clock.
 CALENDAR_WAKE = 30.0
 
 
-class Lifecycle(enum.Enum):
-    """A driver's life: new, running, closed; never back."""
-
-    NEW = "new"
-    RUNNING = "running"
-    CLOSED = "closed"
-
-
 _NEW, _RUNNING = Lifecycle.NEW, Lifecycle.RUNNING  # (a global read is cheaper than the class attribute)
+_AS_COROUTINE = RunOptions(coroutine=True)  # the options of every coroutine job without others (frozen)
 
 
 class DriverBase:
     """The shared half of a driver: lifecycle, validation, forwarding, and the failing-clock policy.
 
     Subclasses set `_PROPAGATE` (what a user callback may raise through the driver: nothing on threads
-    that must never die), call `_make_engine()` once they know their clock, and implement execute(),
-    wake() and timed_out() (the engine's Driver protocol).
+    that must never die) and the three flags below, call `_make_engine()` once they know their clock, and
+    implement execute(), wake() and timed_out() (the engine's Driver protocol). They may keep the engine's
+    `_wake_below` at the time they next look at the store anyway: the engine then calls wake() only for
+    what comes before it (see Scheduler.bind).
     """
 
     _PROPAGATE: tuple[type[BaseException], ...] = ()
+    #: Whether _check_caller() checks anything: if not, the hot paths do not call it.
+    _CHECKS_CALLER = False
+    #: Whether a coroutine function is a coroutine job (AsyncScheduler): if not, no job needs to be asked.
+    _COROUTINES = False
+    #: Whether schedule(), cancel() and reschedule() take the lock: not in a driver that refuses every
+    #: thread but one (AsyncScheduler), where it would guard nothing.
+    _LOCKING = True
 
     def __init__(
         self,
@@ -104,10 +110,18 @@ class DriverBase:
         self._logger = logger or logging.getLogger("timerwheel")
         # One reentrant lock guards everything: an observer or an error handler may call back in.
         self._lock = threading.RLock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release  # (the hot paths call these)
         self._state = Lifecycle.NEW
         self._fault: BaseException | None = None  # why the clock cannot be read just now, or None
         self._clock_errors = 0
-        self._engine: Scheduler
+        self._engine: Scheduler = None  # type: ignore[assignment]  # until _make_engine()
+        # The subclass's class flags, as fields: what the hot paths read (typed in the compiled build).
+        self._coroutines: bool = self._COROUTINES
+        self._checks_caller: bool = self._CHECKS_CALLER
+        self._locking: bool = self._LOCKING
+        # An asyncio loop whose `_thread_id` names the one thread that may call (AsyncScheduler sets it):
+        # the hot paths check that inline and call _check_caller() only when it says no.
+        self._caller_loop: Any = None
 
     def _make_engine(self, clock: Clock | Callable[[], float] | None) -> Scheduler:
         """The engine on `clock`, bound to this driver (once the driver knows its clock)."""
@@ -117,7 +131,7 @@ class DriverBase:
         return engine
 
     def __repr__(self) -> str:
-        engine = getattr(self, "_engine", None)
+        engine = self._engine
         pending, timers = (engine.stats().pending, engine.timers) if engine is not None else (0, 0)
         fault = f" clock failing: {self._fault!r}" if self._fault is not None else ""
         return f"<{type(self).__name__} {self._state.value} pending={pending} timers={timers}{fault}>"
@@ -146,7 +160,16 @@ class DriverBase:
         self._state = Lifecycle.RUNNING
 
     def _check_caller(self) -> None:
-        """A hook: AsyncScheduler refuses calls from other threads."""
+        """A hook: AsyncScheduler refuses calls from other threads (and sets `_CHECKS_CALLER`)."""
+
+    def _check_thread(self) -> None:
+        """_check_caller() on the hot paths: inline where `_caller_loop` names the thread."""
+        loop = self._caller_loop
+        if loop is not None:
+            tid = loop._thread_id
+            if tid is None or tid == get_ident():
+                return
+        self._check_caller()
 
     def _check_running(self) -> None:
         self._check_caller()
@@ -182,20 +205,10 @@ class DriverBase:
     # -- scheduling, forwarded to the engine ----------------------------------------------------------------
 
     def _options(self, fn: Callable[..., Any], context: bool, timeout: float | None) -> RunOptions | None:
-        if context is False and timeout is None and not self._COROUTINES:  # the common case: no options
-            return None
+        if context is False and timeout is None:  # the common case: no options, or only `coroutine`
+            return _AS_COROUTINE if self._coroutines and is_async(fn) else None
         boolean(context, "context")
-        coroutine = self._is_coroutine(fn)
-        if not context and timeout is None and not coroutine:
-            return None
-        return RunOptions(context=context, timeout=timeout, coroutine=coroutine)
-
-    #: Whether _is_coroutine() can say True (AsyncScheduler): if not, a job without options needs none.
-    _COROUTINES = False
-
-    def _is_coroutine(self, fn: Callable[..., Any]) -> bool:
-        """A hook: whether the driver runs `fn` as a coroutine (AsyncScheduler)."""
-        return False
+        return RunOptions(context=context, timeout=timeout, coroutine=self._coroutines and is_async(fn))
 
     def schedule(
         self,
@@ -221,9 +234,7 @@ class DriverBase:
             ClockError: the driver cannot read its clock just now.
             ValueError, TypeError: as Scheduler.schedule; timeout not > 0; context not a bool.
         """
-        return self._add(
-            self._engine.schedule, delay, fn, interval, args, kwargs, mode, missed, context, timeout
-        )
+        return self._add(False, delay, fn, interval, args, kwargs, mode, missed, context, timeout)
 
     def schedule_at(
         self,
@@ -239,13 +250,11 @@ class DriverBase:
         timeout: float | None = None,
     ) -> int:
         """Run fn at the clock time `when`, as Scheduler.schedule_at; otherwise as schedule()."""
-        return self._add(
-            self._engine.schedule_at, when, fn, interval, args, kwargs, mode, missed, context, timeout
-        )
+        return self._add(True, when, fn, interval, args, kwargs, mode, missed, context, timeout)
 
     def _add(
         self,
-        method: Callable[..., int],
+        at: bool,
         time_arg: float,
         fn: Callable[..., Any],
         interval: float | None,
@@ -257,26 +266,27 @@ class DriverBase:
         timeout: float | None,
     ) -> int:
         options = self._options(fn, context, timeout)
-        lock = self._lock
-        lock.acquire()  # (not `with`: on the hot paths, acquire and release are cheaper calls)
+        locking = self._locking
+        if locking:
+            self._acquire()  # (not `with self._lock`: on the hot paths, the bound methods cost less)
         try:
-            self._check_accepting()
+            if self._checks_caller:
+                self._check_thread()
+            if self._state is not _RUNNING or self._fault is not None:
+                self._check_accepting()  # (says why not; running and reading its clock is the common case)
+            if missed is None:
+                missed = self._missed
+            engine = self._engine
             try:
-                return method(
-                    time_arg,
-                    fn,
-                    interval,
-                    args=args,
-                    kwargs=kwargs,
-                    mode=mode,
-                    missed=self._missed if missed is None else missed,
-                    options=options,
-                )
+                if at:
+                    return engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
+                return engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
             except Exception as exc:
                 self._refuse_if_the_clock_fails(exc)
                 raise
         finally:
-            lock.release()
+            if locking:
+                self._release()
 
     def schedule_wall(
         self,
@@ -324,33 +334,43 @@ class DriverBase:
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task; once this returns True the task never starts again. As Scheduler.cancel. O(1)."""
-        lock = self._lock
-        lock.acquire()
+        locking = self._locking
+        if locking:
+            self._acquire()
         try:
-            self._check_running()
+            if self._checks_caller:
+                self._check_thread()
+            if self._state is not _RUNNING:
+                self._check_running()
             cancelled = self._engine.cancel(task_id)
-            if cancelled:
+            if cancelled and not len(self._engine._store):
                 self._after_cancel()
             return cancelled
         finally:
-            lock.release()
+            if locking:
+                self._release()
 
     def _after_cancel(self) -> None:
-        """A hook: a task was cancelled (AsyncScheduler lets go of its loop handle when nothing is left)."""
+        """A hook: a cancel left nothing armed at all (AsyncScheduler lets go of its loop handle)."""
 
     def reschedule(self, task_id: int, delay: float) -> bool:
         """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
-        lock = self._lock
-        lock.acquire()
+        locking = self._locking
+        if locking:
+            self._acquire()
         try:
-            self._check_accepting()
+            if self._checks_caller:
+                self._check_thread()
+            if self._state is not _RUNNING or self._fault is not None:
+                self._check_accepting()
             try:
                 return self._engine.reschedule(task_id, delay)
             except Exception as exc:
                 self._refuse_if_the_clock_fails(exc)
                 raise
         finally:
-            lock.release()
+            if locking:
+                self._release()
 
     def _refuse_if_the_clock_fails(self, exc: Exception) -> None:
         """A call failed: if the clock is what fails (read again now), say so with ClockError, and wake
@@ -375,19 +395,19 @@ class DriverBase:
         """The clock time of a task's next run, or None if it is not armed."""
         self._check_caller()
         with self._lock:
-            return self._engine.next_fire_time(task_id) if hasattr(self, "_engine") else None
+            return self._engine.next_fire_time(task_id) if self._engine is not None else None
 
     def pending(self) -> list[TimerInfo]:
         """Every armed task, sorted by next fire time, then id."""
         self._check_caller()
         with self._lock:
-            return self._engine.pending() if hasattr(self, "_engine") else []
+            return self._engine.pending() if self._engine is not None else []
 
     def stats(self) -> Stats:
         """A snapshot of the counters (see Stats)."""
         self._check_caller()
         with self._lock:
-            if not hasattr(self, "_engine"):
+            if self._engine is None:
                 return Stats()
             stats = self._engine.stats()
             return dataclasses.replace(stats, queued=self._queued(stats), clock_errors=self._clock_errors)
@@ -398,7 +418,7 @@ class DriverBase:
         KeyedScheduler keys (tasks are stats().pending). O(1)."""
         self._check_caller()
         with self._lock:
-            return self._engine.timers if hasattr(self, "_engine") else 0
+            return self._engine.timers if self._engine is not None else 0
 
     def _queued(self, stats: Stats) -> int:
         """A hook: the runs waiting for a worker or a slot (the engine's count: taken, not started)."""
@@ -409,4 +429,23 @@ class DriverBase:
         """Messages "task <id>: <message>" of failed runs, oldest first (a copy; the most recent 1000)."""
         self._check_caller()
         with self._lock:
-            return list(self._engine.errors) if hasattr(self, "_engine") else []
+            return list(self._engine.errors) if self._engine is not None else []
+
+
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Whether fn is a coroutine function, or an object whose __call__ is one (a coroutine job)."""
+    if type(fn) is _FUNCTION and getattr(fn, "_is_coroutine_marker", None) is None:
+        # inspect.iscoroutinefunction's answer for a plain function not marked by
+        # inspect.markcoroutinefunction (3.12+), without its unwrapping: a quarter of its cost
+        return bool(fn.__code__.co_flags & _CO_COROUTINE)
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if type(fn) in _PLAIN_CALLABLES:  # their type's __call__ is never a coroutine function: not asked
+        return False
+    return inspect.iscoroutinefunction(type(fn).__call__)
+
+
+_FUNCTION, _CO_COROUTINE = types.FunctionType, inspect.CO_COROUTINE
+_PLAIN_CALLABLES = frozenset(
+    {types.FunctionType, types.MethodType, types.BuiltinFunctionType, types.BuiltinMethodType, partial}
+)

@@ -524,7 +524,8 @@ class KeyedScheduler:
             return KeyedStats(keys=len(self._keys), **self._counts)
 
     def _sched_is_new(self) -> bool:
-        from ._driver import DriverBase, Lifecycle
+        from ._engine import DriverBase
+        from ._types import Lifecycle
 
         return isinstance(self._sched, DriverBase) and self._sched._state is Lifecycle.NEW
 

@@ -295,7 +295,7 @@ class Run:
             else:
                 self.deadline = deadline
                 engine._others += 1
-                if engine._wake is not None and not engine._draining:
+                if deadline.due < engine._wake_below and not engine._draining:
                     engine._wake(deadline.due)
         return self.started_at
 
@@ -570,6 +570,10 @@ def _clock_value(value: Any) -> float:
         raise type(exc)(f"{exc} (the scheduler's clock returned {value!r})") from None
 
 
+def _no_wake(due: float) -> None:
+    """The wake of an engine bound to no driver: nobody to wake (and _wake_below keeps it uncalled)."""
+
+
 def log_safely(
     log: logging.Logger,
     propagate: tuple[type[BaseException], ...],
@@ -768,7 +772,12 @@ class _Engine:
         self._deferred: list[_Task] = []  # recurring tasks due again in this drain() call: the next one
         self._draining = False  # a job calling run_pending() again would break the once-per-call rule
         self._driver: Driver = self
-        self._wake: Callable[[float], None] | None = None  # the bound driver's wake (none for run_pending)
+        self._wake: Callable[[float], None] = _no_wake  # the bound driver's wake (none for run_pending)
+        # wake(due) is called only for a due below this: the time the driver looks at the store anyway.
+        # A driver may keep it there (ThreadedScheduler: when it sleeps until; AsyncScheduler: where its
+        # loop handle is armed) and save a call per schedule; never above, or a wake-up would be missed.
+        # -inf: nobody to wake; inf, the default when bound: every due.
+        self._wake_below = -math.inf
         self._cal = _Calendar(self._clock.wall if wall_clock is None else wall_clock, start)
 
     @property
@@ -851,7 +860,7 @@ class _Engine:
         timer.id = self._add_at(due, timer)
         timer.due = due
         self._others += 1
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
 
     def move_timer(self, timer: Timer, due: float) -> bool:
@@ -859,7 +868,7 @@ class _Engine:
         if timer.id is None or not self._move_at(timer.id, due):
             return False
         timer.due = due
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
         return True
 
@@ -905,9 +914,15 @@ class _Engine:
         return self._store.next_due()
 
     def bind(self, driver: Driver) -> None:
-        """Make `driver` the one that drain() hands runs to and that is told when something is armed."""
+        """Make `driver` the one that drain() hands runs to and that is told when something is armed.
+
+        The engine calls driver.wake(due) for every due armed outside drain() that comes before its
+        `_wake_below`: infinity once bound, so every one. A driver that keeps `_wake_below` at the time it
+        will look at the store anyway (never later) saves those calls.
+        """
         self._driver = driver
-        self._wake = None if driver is self else driver.wake
+        self._wake = _no_wake if driver is self else driver.wake
+        self._wake_below = -math.inf if driver is self else math.inf
 
     def drain(self, now: float, driver: Driver | None = None) -> int:
         """Take everything due at `now` in (due, add order) order and apply the rules: hand each job's run
@@ -1059,7 +1074,7 @@ class _Engine:
             return
         task.timer_id = timer_id
         task.due = due
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
@@ -1097,7 +1112,7 @@ class _Engine:
         timer.due = due
         timer.wall = wall
         self._others += 1
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
 
     def move_wall_timer(self, timer: WallTimer, wall: float) -> bool:
@@ -1107,7 +1122,7 @@ class _Engine:
             return False
         timer.due = due
         timer.wall = wall
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
         return True
 
@@ -1115,7 +1130,7 @@ class _Engine:
         """Make a collection of WallTimers (iterated when the wall clock steps, to move the armed ones)
         known to the engine: drivers then wake now and then to notice a step (see `calendar`)."""
         self._cal.groups.append(group)
-        if self._wake is not None and not self._draining:
+        if -math.inf < self._wake_below and not self._draining:
             self._wake(-math.inf)
 
     def remove_calendar(self, group: Collection[WallTimer]) -> None:
@@ -1298,6 +1313,21 @@ class Scheduler(_Engine):
             ValueError: delay < 0, interval <= 0, or either not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
+        return self._schedule_in(delay, fn, interval, args, kwargs, mode, missed, options)
+
+    def _schedule_in(
+        self,
+        delay: float,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        mode: RepeatMode,
+        missed: Missed,
+        options: RunOptions | None,
+    ) -> int:
+        """schedule() with every argument positional: what the drivers call (in the compiled engine,
+        parsing keywords costs more than the scheduling)."""
         if not (type(delay) is float and 0.0 <= delay < _INF):  # the common case costs two compares
             delay = seconds(delay, "delay")
             if delay < 0:
@@ -1327,6 +1357,20 @@ class Scheduler(_Engine):
             ValueError: when is not finite; interval <= 0 or not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
+        return self._schedule_at(when, fn, interval, args, kwargs, mode, missed, options)
+
+    def _schedule_at(
+        self,
+        when: float,
+        fn: Callable[..., Any],
+        interval: float | None,
+        args: Iterable[Any],
+        kwargs: Mapping[str, Any] | None,
+        mode: RepeatMode,
+        missed: Missed,
+        options: RunOptions | None,
+    ) -> int:
+        """schedule_at() with every argument positional (see _schedule_in)."""
         return self._add(seconds(when, "when"), fn, interval, args, kwargs, mode, missed, options, "when")
 
     def _add(
@@ -1374,7 +1418,7 @@ class Scheduler(_Engine):
             raise
         task.timer_id = timer_id
         self._tasks[task_id] = task
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
         return task_id
 
@@ -1445,7 +1489,7 @@ class Scheduler(_Engine):
         task.due = task.first_due = due
         if task.wall is not None:
             task.wall = due + self._cal.offset
-        if self._wake is not None and not self._draining:
+        if due < self._wake_below and not self._draining:
             self._wake(due)
         return True
 

@@ -98,6 +98,7 @@ cdef class _Engine:
     cdef public bint _draining
     cdef public object _driver
     cdef public object _wake
+    cdef public double _wake_below
     cdef public _Calendar _cal
     cdef dict __dict__  # attributes of the user's own, as on any Python object
     cdef object __weakref__  # weakref.ref(sched), WeakMethod(sched.run_pending), weakref.finalize
@@ -134,6 +135,12 @@ cdef class _Engine:
 
 
 cdef class Scheduler(_Engine):
+    cpdef _schedule_in(self, object delay, object fn, object interval, object args, object kwargs, object mode,
+                       object missed, object options)
+
+    cpdef _schedule_at(self, object when, object fn, object interval, object args, object kwargs, object mode,
+                       object missed, object options)
+
     @cython.locals(task=_Task)
     cdef _add(self, double due, object fn, object interval, object args, object kwargs, object mode,
               object missed, object options, str name)

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ._clock import Clock, as_clock
-from ._driver import CALENDAR_WAKE, DriverBase, Lifecycle
-from ._engine import Run, TimerStore, log_safely
+from ._engine import CALENDAR_WAKE, DriverBase, Run, TimerStore, log_safely
 from ._pool import WorkerPool
-from ._types import Backpressure, JobEvent, Missed, NotStartedError, Stats
+from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError, Stats
 from ._validate import count, member
 
 __all__ = ["ThreadedScheduler"]
@@ -295,13 +294,14 @@ class ThreadedScheduler(DriverBase):
                     break
                 if sleep == 0.0:
                     continue  # something became due meanwhile (a job took time, or was moved to now)
-                self._sleep_until = math.inf if due is None else due
+                # (the engine's copy: it calls wake() only for a due before it)
+                self._sleep_until = self._engine._wake_below = math.inf if due is None else due
                 self._idle_changed.notify_all()
                 if sleep == math.inf:
                     self._wake_up.wait()
                 else:
                     self._wake_up.wait(min(sleep, threading.TIMEOUT_MAX))
-                self._sleep_until = -math.inf
+                self._sleep_until = self._engine._wake_below = -math.inf
             self._idle_changed.notify_all()
 
     def _pass(self) -> tuple[float | None, float]:

@@ -48,6 +48,14 @@ class Missed(enum.Enum):
     SKIP = "skip"
 
 
+class Lifecycle(enum.Enum):
+    """A driver's life: new, running, closed; never back."""
+
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
 class Backpressure(enum.Enum):
     """What a driver does with a due job when its bounded queue of due jobs is full.
 
