@@ -498,7 +498,6 @@ class AsyncScheduler(DriverBase):
             )
 
     _COROUTINES = True
-    _CHECKS_CALLER = True
     _LOCKING = False  # every thread but the loop's is refused
 
     def _after_cancel(self) -> None:
@@ -646,7 +645,13 @@ class AsyncScheduler(DriverBase):
 
     def _disarm_if_idle(self) -> None:
         """Nothing armed at all: take our handle off the loop (an idle scheduler holds none)."""
-        if self._handle is not None and not self._dispatching and not len(self._engine.store):
+        # (not while the clock fails: that handle is the retry, which clears the fault when the clock works)
+        if (
+            self._handle is not None
+            and not self._dispatching
+            and self._fault is None
+            and not len(self._engine.store)
+        ):
             self._handle.cancel()
             self._handle = None
             self._armed = self._engine._wake_below = math.inf

@@ -61,8 +61,6 @@ class DriverBase:
     """
 
     _PROPAGATE: tuple[type[BaseException], ...] = ()
-    #: Whether _check_caller() checks anything: if not, the hot paths do not call it.
-    _CHECKS_CALLER = False
     #: Whether a coroutine function is a coroutine job (AsyncScheduler): if not, no job needs to be asked.
     _COROUTINES = False
     #: Whether schedule(), cancel() and reschedule() take the lock: not in a driver that refuses every
@@ -117,7 +115,10 @@ class DriverBase:
         self._engine: Scheduler = None  # type: ignore[assignment]  # until _make_engine()
         # The subclass's class flags, as fields: what the hot paths read (typed in the compiled build).
         self._coroutines: bool = self._COROUTINES
-        self._checks_caller: bool = self._CHECKS_CALLER
+        # The hooks a subclass overrides are the ones the hot paths call (a base's own does nothing).
+        cls = type(self)
+        self._checks_caller: bool = cls._check_caller is not DriverBase._check_caller
+        self._idle_hook: bool = cls._after_cancel is not DriverBase._after_cancel
         self._locking: bool = self._LOCKING
         # An asyncio loop whose `_thread_id` names the one thread that may call (AsyncScheduler sets it):
         # the hot paths check that inline and call _check_caller() only when it says no.
@@ -157,10 +158,12 @@ class DriverBase:
             raise AlreadyRunningError("the scheduler is already running")
         if self._state is Lifecycle.CLOSED:
             raise ClosedError("the scheduler is closed: a closed scheduler cannot be started again")
+        if self._state is not _NEW:
+            raise _uninitialised(self)
         self._state = Lifecycle.RUNNING
 
     def _check_caller(self) -> None:
-        """A hook: AsyncScheduler refuses calls from other threads (and sets `_CHECKS_CALLER`)."""
+        """A hook: AsyncScheduler refuses calls from other threads (overridden, the hot paths call it)."""
 
     def _check_thread(self) -> None:
         """_check_caller() on the hot paths: inline where `_caller_loop` names the thread."""
@@ -176,6 +179,8 @@ class DriverBase:
         if self._state is not _RUNNING:
             if self._state is _NEW:
                 raise NotStartedError("start() the scheduler before scheduling on it")
+            if self._state is not Lifecycle.CLOSED:
+                raise _uninitialised(self)
             raise ClosedError("the scheduler is closed")
 
     def _check_accepting(self) -> None:
@@ -343,7 +348,7 @@ class DriverBase:
             if self._state is not _RUNNING:
                 self._check_running()
             cancelled = self._engine.cancel(task_id)
-            if cancelled and not len(self._engine._store):
+            if cancelled and self._idle_hook and not len(self._engine._store):
                 self._after_cancel()
             return cancelled
         finally:
@@ -388,7 +393,13 @@ class DriverBase:
     # -- introspection --------------------------------------------------------------------------------------
 
     def wall(self) -> float:
-        """The scheduler's wall clock now, in POSIX seconds (its `wall_clock`)."""
+        """The scheduler's wall clock now, in POSIX seconds (its `wall_clock`).
+
+        Raises:
+            NotStartedError: it has no clock yet (an AsyncScheduler made outside a loop, not started).
+        """
+        if self._engine is None:
+            raise NotStartedError("the scheduler has no clock yet: start() it on its event loop")
         return self._engine.wall()
 
     def next_fire_time(self, task_id: int) -> float | None:
@@ -430,6 +441,11 @@ class DriverBase:
         self._check_caller()
         with self._lock:
             return list(self._engine.errors) if self._engine is not None else []
+
+
+def _uninitialised(driver: DriverBase) -> AttributeError:
+    """The error for a driver whose __init__ never ran (the compiled build's fields are None, not missing)."""
+    return AttributeError(f"{type(driver).__name__} is not initialised: its __init__() did not run")
 
 
 def is_async(fn: Callable[..., Any]) -> bool:

@@ -23,6 +23,7 @@ cdef class DriverBase:
     cdef public _CScheduler _engine
     cdef public bint _coroutines
     cdef public bint _checks_caller
+    cdef public bint _idle_hook
     cdef public bint _locking
     cdef public object _caller_loop
     cdef dict __dict__  # the subclasses' own attributes

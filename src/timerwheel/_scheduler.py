@@ -51,6 +51,7 @@ _NO_OPTIONS = RunOptions()
 # Constants the hot paths compare against (the compiled build keeps them as C values, see _scheduler_c.pxd).
 _COMPILED = __name__.endswith("_c")  # this file, built by Cython as timerwheel._scheduler_c
 _INF = math.inf
+_NAN = math.nan  # compares false with everything: a clock reading that is not a float takes now()
 _FIXED_DELAY = RepeatMode.FIXED_DELAY
 _SKIP_IF_RUNNING = RepeatMode.SKIP_IF_RUNNING
 #: A change of the wall clock against the monotonic one larger than this is a step: calendar tasks move.
@@ -1328,16 +1329,19 @@ class Scheduler(_Engine):
     ) -> int:
         """schedule() with every argument positional: what the drivers call (in the compiled engine,
         parsing keywords costs more than the scheduling)."""
-        if not (type(delay) is float and 0.0 <= delay < _INF):  # the common case costs two compares
-            delay = seconds(delay, "delay")
-            if delay < 0:
-                raise ValueError(f"delay must be >= 0, got {delay!r}")
-        now = self._read()
-        if type(now) is float and self._latest <= now < self._horizon:  # now(), inline: the common case
+        # (`span` and `now` are C doubles in the compiled build: the common case compares no objects)
+        span = delay if type(delay) is float else -1.0
+        if not 0.0 <= span < _INF:  # the common case costs two compares
+            span = seconds(delay, "delay")
+            if span < 0:
+                raise ValueError(f"delay must be >= 0, got {span!r}")
+        read = self._read()
+        now = read if type(read) is float else _NAN
+        if self._latest <= now < self._horizon:  # now(), inline: the common case
             self._latest = now
         else:
             now = self.now()
-        return self._add(now + delay, fn, interval, args, kwargs, mode, missed, options, "delay")
+        return self._add(now + span, fn, interval, args, kwargs, mode, missed, options, "delay")
 
     def schedule_at(
         self,
@@ -1459,19 +1463,21 @@ class Scheduler(_Engine):
         """
         if type(task_id) is not int:
             identifier(task_id, "task_id")
-        if not (type(delay) is float and 0.0 <= delay < _INF):  # the common case costs two compares
-            delay = seconds(delay, "delay")
-            if delay < 0:
-                raise ValueError(f"delay must be >= 0, got {delay!r}")
+        span = delay if type(delay) is float else -1.0  # (C doubles, as in _schedule_in)
+        if not 0.0 <= span < _INF:  # the common case costs two compares
+            span = seconds(delay, "delay")
+            if span < 0:
+                raise ValueError(f"delay must be >= 0, got {span!r}")
         task = self._tasks.get(task_id)
         if task is None:
             return False
-        now = self._read()
-        if type(now) is float and self._latest <= now < self._horizon:  # now(), inline: the common case
+        read = self._read()
+        now = read if type(read) is float else _NAN
+        if self._latest <= now < self._horizon:  # now(), inline: the common case
             self._latest = now
         else:
             now = self.now()
-        due = now + delay
+        due = now + span
         if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
             task.waiting._forget()
         task.overdue = False

@@ -7,7 +7,7 @@ cimport cython
 
 from timerwheel._core_c cimport TimerWheel as _CWheel
 
-cdef double _INF
+cdef double _INF, _NAN
 cdef bint _COMPILED
 cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _NO_OPTIONS
 
@@ -135,6 +135,7 @@ cdef class _Engine:
 
 
 cdef class Scheduler(_Engine):
+    @cython.locals(span=double, now=double)
     cpdef _schedule_in(self, object delay, object fn, object interval, object args, object kwargs, object mode,
                        object missed, object options)
 
@@ -148,7 +149,7 @@ cdef class Scheduler(_Engine):
     @cython.locals(task=_Task)
     cpdef cancel(self, object task_id)
 
-    @cython.locals(task=_Task, due=double)
+    @cython.locals(task=_Task, due=double, span=double, now=double)
     cpdef reschedule(self, object task_id, object delay)
 
 
