@@ -1457,3 +1457,52 @@ def test_the_engine_wakes_the_loop_handle_exactly_when_it_must() -> None:
         assert len({key for key, _, _ in ran}) == len(ran)  # none twice
 
     run(main)
+
+
+def test_call_later_s_fast_path_takes_and_refuses_what_the_general_path_does() -> None:
+    """call_later() checks the common case inline (a finite float delay, no context, on the loop's
+    thread, running); everything else takes the general path: the same handles, errors and order."""
+
+    class Seconds(float):
+        pass
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran: list[str] = []
+        sched = AsyncScheduler()
+        with pytest.raises(NotStartedError):
+            sched.call_later(1.0, ran.append, "x")
+        sched.start()
+        huge = sched.call_later(1e308, ran.append, "huge")  # beyond the store: pending, never fires
+        assert huge.when() == loop.time() + 1e308 and not huge.cancelled()
+        sched.call_later(-1e308, ran.append, "past")  # as asyncio: at the next iteration
+        subclass = sched.call_later(Seconds(1.0), ran.append, "subclass")  # not a float: general path
+        assert subclass.when() == loop.time() + 1.0
+        with pytest.raises(ValueError, match="delay"):
+            sched.call_later(math.nan, ran.append, "nan")
+        with pytest.raises(TypeError, match="callback"):
+            sched.call_later(1.0, "not callable")
+        handle = sched.call_later(2.0, ran.append, "handle")
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            for call in (lambda: sched.call_later(1.0, ran.append, "thread"), handle.cancel):
+                try:
+                    call()
+                except RuntimeError as exc:
+                    errors.append(exc)
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(GENEROUS)
+        assert len(errors) == 2 and not handle.cancelled()  # refused while the loop runs, nothing done
+        await asyncio.sleep(3)
+        assert ran == ["past", "subclass", "handle"]
+        huge.cancel()
+        assert huge.cancelled() and sched.timers == 0
+        assert our_handles(loop, sched) == 0  # the last handle cancelled: the loop handle let go
+        await sched.close()
+        with pytest.raises(Exception, match="closed"):
+            sched.call_later(1.0, ran.append, "closed")
+
+    run(main)

@@ -33,6 +33,7 @@ _get_running_loop = events._get_running_loop  # C: the running loop of this thre
 # timeout simply runs on asyncio's own timers (Timeout._reschedule hands it over): slower, never wrong.
 _ENTERED = getattr(getattr(asyncio.timeouts, "_State", None), "ENTERED", object())
 _PENDING, _DONE, _CANCELLED = 0, 1, 2
+_RUNNING, _INF = Lifecycle.RUNNING, math.inf
 
 
 class TimerHandle(Timer):
@@ -56,7 +57,8 @@ class TimerHandle(Timer):
         args: tuple[Any, ...] = (),
         context: Context | None = None,
     ) -> None:
-        super().__init__()
+        self.due = 0.0  # (Timer.__init__, inline: call_later's fast path makes one per call)
+        self.id = None
         self._sched = sched
         self._store = sched._engine.store
         self._when = when
@@ -82,11 +84,17 @@ class TimerHandle(Timer):
             RuntimeError: called from another thread while the loop runs (use loop.call_soon_threadsafe).
         """
         sched = self._sched
-        sched._check_caller()
+        loop = sched._caller_loop  # (the thread check inline, where the loop names its thread)
+        if loop is None or ((tid := loop._thread_id) is not None and tid != get_ident()):
+            sched._check_caller()
         if self._state == _PENDING:
             self._state = _CANCELLED
-            self._discard()
-            sched._disarm_if_idle()
+            if self.id is not None:  # (_discard(), its common case inline)
+                sched._engine.cancel_timer(self)
+            else:
+                self._discard()
+            if not len(self._store):  # (nothing left armed: the loop handle may go)
+                sched._disarm_if_idle()
 
     def cancelled(self) -> bool:
         """Whether cancel() was called before it ran."""
@@ -578,6 +586,24 @@ class AsyncScheduler(DriverBase):
             TypeError: delay is not a number, callback not callable. ValueError: delay is NaN.
             NotStartedError / ClosedError: before start() / after close().
         """
+        loop = self._caller_loop
+        if (  # the common case first, checked inline: a finite float delay, on the loop's thread, running
+            loop is not None
+            and type(delay) is float
+            and -_INF < delay < _INF
+            and self._state is _RUNNING
+            and context is None
+            and callable(callback)
+            and ((tid := loop._thread_id) is None or tid == get_ident())
+        ):
+            when = self._time() + delay
+            timer = TimerHandle(self, when, callback, args, copy_context())
+            if when < _INF:  # (else never; as _arm_timer)
+                try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
+                    self._engine.add_timer(timer, when)
+                except OverflowError:
+                    pass  # beyond the store's range: never, as _arm_timer says
+            return timer
         self._check_running()
         return self._new_timer(_plus(self._time(), deadline(delay, "delay")), callback, args, context)
 
