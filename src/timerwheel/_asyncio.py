@@ -426,7 +426,10 @@ class AsyncScheduler(DriverBase):
         self._time = now
         self._loop = loop
         self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
-        self._caller_loop = loop if self._exact else None  # (DriverBase's hot paths check it inline)
+        # The hot paths check the loop's thread inline (DriverBase, call_later, TimerHandle.cancel): in
+        # place of our _check_caller(), so not for a subclass that overrides it again.
+        ours = type(self)._check_caller is AsyncScheduler._check_caller
+        self._caller_loop = loop if self._exact and ours else None
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -452,6 +455,8 @@ class AsyncScheduler(DriverBase):
         that was never started just marks it closed.
         """
         if self._state is not Lifecycle.RUNNING:
+            if self._state is not Lifecycle.NEW and self._state is not Lifecycle.CLOSED:
+                raise AttributeError(f"{type(self).__name__} is not initialised: its __init__() did not run")
             self._state = Lifecycle.CLOSED
             return
         self._check_caller()
@@ -715,6 +720,10 @@ class AsyncScheduler(DriverBase):
                 due = engine.next_due()
                 if engine.calendar:  # wake now and then: a step of the wall clock moves calendar tasks
                     due = min(now + CALENDAR_WAKE, math.inf if due is None else due)
+                if self._fault is not None:
+                    # a job's call saw the clock fail (work is refused meanwhile): look again at once,
+                    # and back off from there if it still fails
+                    due = now if due is None else min(due, now)
                 if due is not None:
                     self._arm(due)
 

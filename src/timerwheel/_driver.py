@@ -54,7 +54,7 @@ class DriverBase:
     """The shared half of a driver: lifecycle, validation, forwarding, and the failing-clock policy.
 
     Subclasses set `_PROPAGATE` (what a user callback may raise through the driver: nothing on threads
-    that must never die) and the three flags below, call `_make_engine()` once they know their clock, and
+    that must never die) and the two flags below, call `_make_engine()` once they know their clock, and
     implement execute(), wake() and timed_out() (the engine's Driver protocol). They may keep the engine's
     `_wake_below` at the time they next look at the store anyway: the engine then calls wake() only for
     what comes before it (see Scheduler.bind).
@@ -399,6 +399,8 @@ class DriverBase:
             NotStartedError: it has no clock yet (an AsyncScheduler made outside a loop, not started).
         """
         if self._engine is None:
+            if self._state is not _NEW:
+                raise _uninitialised(self)
             raise NotStartedError("the scheduler has no clock yet: start() it on its event loop")
         return self._engine.wall()
 
