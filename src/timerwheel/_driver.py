@@ -113,7 +113,7 @@ class DriverBase:
         self._fault: BaseException | None = None  # why the clock cannot be read just now, or None
         self._clock_errors = 0
         self._engine: Scheduler = None  # type: ignore[assignment]  # until _make_engine()
-        # The subclass's class flags, as fields: what the hot paths read (typed in the compiled build).
+        # The subclass's class flags, as instance fields: what the hot paths read.
         self._coroutines: bool = self._COROUTINES
         # The hooks a subclass overrides are the ones the hot paths call (a base's own does nothing).
         cls = type(self)

@@ -1,0 +1,169 @@
+"""Instructions per operation of the engine's and the drivers' hot paths, counted by callgrind: repeatable
+on a noisy machine, where times are not. Each workload runs its operation N times in a loop with 1,000
+timers pending; the script runs it under `valgrind --tool=callgrind` at N = 10,000 and 20,000 and prints
+the difference per operation (so set-up and interpreter start-up cancel out; the loop itself is counted).
+
+    python benchmarks/callgrind_ops.py                      # every workload, ~2 minutes
+    python benchmarks/callgrind_ops.py async-jobs threaded  # some of them
+    PYTHONPATH=/path/to/other/checkout/src python benchmarks/callgrind_ops.py   # another version
+
+Needs valgrind. The figures in docs/performance.md come from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+
+
+def noop() -> None:
+    pass
+
+
+def scheduler_schedule_cancel(n: int) -> None:
+    from timerwheel import Scheduler
+
+    s = Scheduler()
+    for i in range(1000):
+        s.schedule(1000 + i, noop)
+    schedule, cancel = s.schedule, s.cancel
+    for _ in range(n):
+        cancel(schedule(5.0, noop))
+
+
+def scheduler_reschedule(n: int) -> None:
+    from timerwheel import Scheduler
+
+    s = Scheduler()
+    ids = [s.schedule(1000 + i, noop) for i in range(1000)]
+    reschedule = s.reschedule
+    for i in range(n):
+        reschedule(ids[i % 1000], 3000.0 + i)
+
+
+def threaded_schedule_cancel(n: int) -> None:
+    """New tasks due after every pending one: the driver is not woken (that is measured elsewhere)."""
+    from timerwheel import ThreadedScheduler
+
+    s = ThreadedScheduler(workers=0)
+    s.start()
+    for i in range(1000):
+        s.schedule(1000 + i, noop)
+    schedule, cancel = s.schedule, s.cancel
+    for _ in range(n):
+        cancel(schedule(5000.0, noop))
+    s.stop()
+
+
+def threaded_reschedule(n: int) -> None:
+    from timerwheel import ThreadedScheduler
+
+    s = ThreadedScheduler(workers=0)
+    s.start()
+    ids = [s.schedule(1000 + i, noop) for i in range(1000)]
+    reschedule = s.reschedule
+    for i in range(n):
+        reschedule(ids[i % 1000], 3000.0 + i)
+    s.stop()
+
+
+def _on_loop(body: Callable[..., None], n: int) -> None:
+    from timerwheel import AsyncScheduler
+
+    async def main() -> None:
+        s = AsyncScheduler()
+        s.start()
+        body(s, n)
+        await s.close()
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()
+
+
+def _async_jobs(s: object, n: int) -> None:
+    for i in range(1000):
+        s.schedule(1000 + i, noop)  # type: ignore[attr-defined]
+    schedule, cancel = s.schedule, s.cancel  # type: ignore[attr-defined]
+    for _ in range(n):
+        cancel(schedule(5.0, noop))  # each new task the earliest
+
+
+def _async_reschedule(s: object, n: int) -> None:
+    ids = [s.schedule(1000 + i, noop) for i in range(1000)]  # type: ignore[attr-defined]
+    reschedule = s.reschedule  # type: ignore[attr-defined]
+    for i in range(n):
+        reschedule(ids[i % 1000], 3000.0 + i)
+
+
+def _async_call_later(s: object, n: int) -> None:
+    for i in range(1000):
+        s.call_later(1000 + i, noop)  # type: ignore[attr-defined]
+    call_later = s.call_later  # type: ignore[attr-defined]
+    for _ in range(n):
+        call_later(5000.0, noop).cancel()
+
+
+def _async_reset(s: object, n: int) -> None:
+    handles = [s.call_later(1000 + i, noop) for i in range(1000)]  # type: ignore[attr-defined]
+    for i in range(n):
+        handles[i % 1000].reset(3000.0)
+
+
+WORKLOADS: dict[str, Callable[[int], None]] = {
+    "scheduler": scheduler_schedule_cancel,
+    "scheduler-reschedule": scheduler_reschedule,
+    "threaded": threaded_schedule_cancel,
+    "threaded-reschedule": threaded_reschedule,
+    "async-jobs": lambda n: _on_loop(_async_jobs, n),
+    "async-jobs-reschedule": lambda n: _on_loop(_async_reschedule, n),
+    "async-call-later": lambda n: _on_loop(_async_call_later, n),
+    "async-handle-reset": lambda n: _on_loop(_async_reset, n),
+}
+
+
+def count(name: str, n: int) -> int:
+    """Instructions of the whole process running workload `name` n times."""
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            "--run",
+            name,
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    match = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count from valgrind for {name}:\n{done.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--run"]:
+        WORKLOADS[argv[1]](int(argv[2]))
+        return
+    names = argv or list(WORKLOADS)
+    unknown = [name for name in names if name not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"unknown workloads {unknown}; choose from {list(WORKLOADS)}")
+    import timerwheel
+    import timerwheel._engine as engine
+
+    print(f"timerwheel {timerwheel.__file__} ({timerwheel.BACKEND}, engine {engine.ENGINE})")
+    for name in names:
+        per_op = (count(name, 20_000) - count(name, 10_000)) / 10_000
+        print(f"{name:24} {per_op:9,.0f} instructions per operation")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
