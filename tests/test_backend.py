@@ -39,7 +39,8 @@ def test_compiled_engine_loaded() -> None:
 @pytest.mark.skipif(NO_EXTENSIONS, reason="the pure-Python run sets TIMERWHEEL_NO_EXTENSIONS on purpose")
 def test_compiled_driver_base_loaded() -> None:
     """The drivers' shared base is compiled too (_driver.py built by Cython): ThreadedScheduler's and
-    AsyncScheduler's schedule(), cancel() and reschedule() are compiled code that calls the engine as C."""
+    AsyncScheduler's schedule(), cancel() and reschedule() are compiled code, and what they read is the
+    hot record, an extension type whose fields are C fields (no instance dictionary)."""
     from timerwheel import _driver_c, _engine
 
     assert _engine.DriverBase is _driver_c.DriverBase
@@ -47,6 +48,9 @@ def test_compiled_driver_base_loaded() -> None:
     for driver in (timerwheel.ThreadedScheduler, timerwheel.AsyncScheduler):
         assert driver.__mro__[1] is _driver_c.DriverBase
         assert type(driver.schedule).__name__ == "cython_function_or_method"
+    hot = timerwheel.ThreadedScheduler()._hot
+    assert type(hot) is _driver_c._Hot and not hasattr(hot, "__dict__")
+    assert type(hot.engine) is _engine.Scheduler
 
 
 def test_env_var_selects_python() -> None:

@@ -22,6 +22,7 @@ from timerwheel import (
     AlreadyRunningError,
     AsyncScheduler,
     Backpressure,
+    ClockError,
     ClosedError,
     JobContext,
     JobEvent,
@@ -31,6 +32,7 @@ from timerwheel import (
     ThreadedScheduler,
 )
 from timerwheel._heap import HeapQueue
+from timerwheel._types import Lifecycle
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
 
 from .conftest import BACKENDS
@@ -265,6 +267,41 @@ def test_scheduling_before_start_is_refused(h: Harness) -> None:
     with pytest.raises(NotStartedError):
         fresh.cancel(1)
     assert fresh.stats().pending == 0
+
+
+def test_the_hot_record_follows_the_state_and_the_clock_fault(h: Harness) -> None:
+    """schedule(), cancel() and reschedule() read the driver's state from its hot record (C fields in the
+    compiled build): it must say exactly what `_state` and `_fault` say, at every step, or a closed or
+    faulted driver would accept work that never runs."""
+
+    def check(sched: Any) -> None:
+        running = sched._state is Lifecycle.RUNNING
+        assert sched._hot.running is running
+        assert sched._hot.accepting is (running and sched._fault is None)
+
+    sched = h.make()
+    check(sched)
+    tid = sched.schedule(5, print)
+    with sched._lock:  # (a driver thread would clear the fault at its next pass: its clock works)
+        sched._clock_failed(OSError("no clock"), 0.5)  # what a driver's loop does when its clock fails
+        check(sched)
+        with pytest.raises(ClockError):
+            sched.schedule(1, print)
+        with pytest.raises(ClockError):
+            sched.reschedule(tid, 1)
+        sched._set_fault(None)  # what the loop does once it reads its clock again
+        check(sched)
+    assert sched.reschedule(tid, 2)
+    h.close()
+    check(sched)
+    for call in (
+        lambda: sched.schedule(1, print),
+        lambda: sched.cancel(tid),
+        lambda: sched.reschedule(tid, 1),
+    ):
+        with pytest.raises(ClosedError):
+            call()
+    h.made.clear()
 
 
 # -- ordering -------------------------------------------------------------------------------------------

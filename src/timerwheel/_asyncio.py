@@ -429,7 +429,7 @@ class AsyncScheduler(DriverBase):
         # The hot paths check the loop's thread inline (DriverBase, call_later, TimerHandle.cancel): in
         # place of our _check_caller(), so not for a subclass that overrides it again.
         ours = type(self)._check_caller is AsyncScheduler._check_caller
-        self._caller_loop = loop if self._exact and ours else None
+        self._caller_loop = self._hot.caller_loop = loop if self._exact and ours else None
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -457,10 +457,10 @@ class AsyncScheduler(DriverBase):
         if self._state is not Lifecycle.RUNNING:
             if self._state is not Lifecycle.NEW and self._state is not Lifecycle.CLOSED:
                 raise AttributeError(f"{type(self).__name__} is not initialised: its __init__() did not run")
-            self._state = Lifecycle.CLOSED
+            self._set_state(Lifecycle.CLOSED)
             return
         self._check_caller()
-        self._state = Lifecycle.CLOSED
+        self._set_state(Lifecycle.CLOSED)
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -705,7 +705,8 @@ class AsyncScheduler(DriverBase):
                 self._armed = self._engine._wake_below = -math.inf
             return
         self._backoff = 0.0
-        self._fault = None
+        if self._fault is not None:
+            self._set_fault(None)
         if now < armed:
             # Early by the loop's own clock (uvloop rounds its timers to milliseconds; asyncio may run a
             # handle one clock resolution early): nothing is due yet. Never early: wait the rest.

@@ -104,31 +104,33 @@ class DriverBase:
                 slots=64 if slots is None else slots,
                 levels=4 if levels is None else levels,
             )
-        self._missed = missed
         self._logger = logger or logging.getLogger("timerwheel")
         # One reentrant lock guards everything: an observer or an error handler may call back in.
         self._lock = threading.RLock()
-        self._acquire, self._release = self._lock.acquire, self._lock.release  # (the hot paths call these)
-        self._state = Lifecycle.NEW
+        self._state = Lifecycle.NEW  # written by _set_state() only, as _fault by _set_fault()
         self._fault: BaseException | None = None  # why the clock cannot be read just now, or None
         self._clock_errors = 0
         self._engine: Scheduler = None  # type: ignore[assignment]  # until _make_engine()
-        # The subclass's class flags, as instance fields: what the hot paths read.
-        self._coroutines: bool = self._COROUTINES
-        # The hooks a subclass overrides are the ones the hot paths call (a base's own does nothing).
-        cls = type(self)
-        self._checks_caller: bool = cls._check_caller is not DriverBase._check_caller
-        self._idle_hook: bool = cls._after_cancel is not DriverBase._after_cancel
-        self._locking: bool = self._LOCKING
-        # An asyncio loop whose `_thread_id` names the one thread that may call (AsyncScheduler sets it):
-        # the hot paths check that inline and call _check_caller() only when it says no.
+        # An asyncio loop whose `_thread_id` names the one thread that may call (AsyncScheduler sets it,
+        # here and in the hot record): the hot paths check that inline, calling _check_caller() if it says no.
         self._caller_loop: Any = None
+        # What the hot paths read, in one record (see _Hot). The hooks a subclass overrides are the ones
+        # they call (a base's own does nothing).
+        cls = type(self)
+        self._hot = _Hot(
+            missed,
+            self._COROUTINES,
+            self._LOCKING,
+            cls._check_caller is not DriverBase._check_caller,
+            cls._after_cancel is not DriverBase._after_cancel,
+            self._lock,
+        )
 
     def _make_engine(self, clock: Clock | Callable[[], float] | None) -> Scheduler:
         """The engine on `clock`, bound to this driver (once the driver knows its clock)."""
         engine = Scheduler(clock, **self._engine_kwargs)
         engine.bind(self)
-        self._engine = engine
+        self._engine = self._hot.engine = engine
         return engine
 
     def __repr__(self) -> str:
@@ -160,19 +162,20 @@ class DriverBase:
             raise ClosedError("the scheduler is closed: a closed scheduler cannot be started again")
         if self._state is not _NEW:
             raise _uninitialised(self)
-        self._state = Lifecycle.RUNNING
+        self._set_state(Lifecycle.RUNNING)
+
+    def _set_state(self, state: Lifecycle) -> None:
+        """The one writer of `_state` (the hot record's `running` and `accepting` follow it)."""
+        self._state = state
+        self._hot.sync(state, self._fault)
+
+    def _set_fault(self, fault: BaseException | None) -> None:
+        """The one writer of `_fault`: why the clock cannot be read just now, or None (as _set_state)."""
+        self._fault = fault
+        self._hot.sync(self._state, fault)
 
     def _check_caller(self) -> None:
         """A hook: AsyncScheduler refuses calls from other threads (overridden, the hot paths call it)."""
-
-    def _check_thread(self) -> None:
-        """_check_caller() on the hot paths: inline where `_caller_loop` names the thread."""
-        loop = self._caller_loop
-        if loop is not None:
-            tid = loop._thread_id
-            if tid is None or tid == get_ident():
-                return
-        self._check_caller()
 
     def _check_running(self) -> None:
         self._check_caller()
@@ -194,7 +197,7 @@ class DriverBase:
 
     def _clock_failed(self, exc: BaseException, retry_in: float) -> None:
         """The driver could not read its clock: remember it (new work is refused), count it, log it."""
-        self._fault = exc
+        self._set_fault(exc)
         self._clock_errors += 1
         log_safely(
             self._logger,
@@ -210,10 +213,7 @@ class DriverBase:
     # -- scheduling, forwarded to the engine ----------------------------------------------------------------
 
     def _options(self, fn: Callable[..., Any], context: bool, timeout: float | None) -> RunOptions | None:
-        if context is False and timeout is None:  # the common case: no options, or only `coroutine`
-            return _AS_COROUTINE if self._coroutines and is_async(fn) else None
-        boolean(context, "context")
-        return RunOptions(context=context, timeout=timeout, coroutine=self._coroutines and is_async(fn))
+        return _options(self._COROUTINES, fn, context, timeout)
 
     def schedule(
         self,
@@ -239,7 +239,7 @@ class DriverBase:
             ClockError: the driver cannot read its clock just now.
             ValueError, TypeError: as Scheduler.schedule; timeout not > 0; context not a bool.
         """
-        return self._add(False, delay, fn, interval, args, kwargs, mode, missed, context, timeout)
+        return _add(self._hot, self, False, delay, fn, interval, args, kwargs, mode, missed, context, timeout)
 
     def schedule_at(
         self,
@@ -255,43 +255,7 @@ class DriverBase:
         timeout: float | None = None,
     ) -> int:
         """Run fn at the clock time `when`, as Scheduler.schedule_at; otherwise as schedule()."""
-        return self._add(True, when, fn, interval, args, kwargs, mode, missed, context, timeout)
-
-    def _add(
-        self,
-        at: bool,
-        time_arg: float,
-        fn: Callable[..., Any],
-        interval: float | None,
-        args: Iterable[Any],
-        kwargs: Mapping[str, Any] | None,
-        mode: RepeatMode,
-        missed: Missed | None,
-        context: bool,
-        timeout: float | None,
-    ) -> int:
-        options = self._options(fn, context, timeout)
-        locking = self._locking
-        if locking:
-            self._acquire()  # (not `with self._lock`: on the hot paths, the bound methods cost less)
-        try:
-            if self._checks_caller:
-                self._check_thread()
-            if self._state is not _RUNNING or self._fault is not None:
-                self._check_accepting()  # (says why not; running and reading its clock is the common case)
-            if missed is None:
-                missed = self._missed
-            engine = self._engine
-            try:
-                if at:
-                    return engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
-                return engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
-            except Exception as exc:
-                self._refuse_if_the_clock_fails(exc)
-                raise
-        finally:
-            if locking:
-                self._release()
+        return _add(self._hot, self, True, when, fn, interval, args, kwargs, mode, missed, context, timeout)
 
     def schedule_wall(
         self,
@@ -339,43 +303,14 @@ class DriverBase:
 
     def cancel(self, task_id: int) -> bool:
         """Cancel a task; once this returns True the task never starts again. As Scheduler.cancel. O(1)."""
-        locking = self._locking
-        if locking:
-            self._acquire()
-        try:
-            if self._checks_caller:
-                self._check_thread()
-            if self._state is not _RUNNING:
-                self._check_running()
-            cancelled = self._engine.cancel(task_id)
-            if cancelled and self._idle_hook and not len(self._engine._store):
-                self._after_cancel()
-            return cancelled
-        finally:
-            if locking:
-                self._release()
+        return _cancel(self._hot, self, task_id)
 
     def _after_cancel(self) -> None:
         """A hook: a cancel left nothing armed at all (AsyncScheduler lets go of its loop handle)."""
 
     def reschedule(self, task_id: int, delay: float) -> bool:
         """Move a task's next run to `delay` seconds from now. As Scheduler.reschedule. O(1)."""
-        locking = self._locking
-        if locking:
-            self._acquire()
-        try:
-            if self._checks_caller:
-                self._check_thread()
-            if self._state is not _RUNNING or self._fault is not None:
-                self._check_accepting()
-            try:
-                return self._engine.reschedule(task_id, delay)
-            except Exception as exc:
-                self._refuse_if_the_clock_fails(exc)
-                raise
-        finally:
-            if locking:
-                self._release()
+        return _reschedule(self._hot, self, task_id, delay)
 
     def _refuse_if_the_clock_fails(self, exc: Exception) -> None:
         """A call failed: if the clock is what fails (read again now), say so with ClockError, and wake
@@ -383,7 +318,7 @@ class DriverBase:
         try:
             self._engine.now()
         except Exception as clock_error:
-            self._fault = clock_error
+            self._set_fault(clock_error)
             self.wake(-math.inf)
             raise ClockError(
                 f"the scheduler cannot read its clock ({clock_error!r}): work is refused until it can, "
@@ -443,6 +378,166 @@ class DriverBase:
         self._check_caller()
         with self._lock:
             return list(self._engine.errors) if self._engine is not None else []
+
+
+class _Hot:
+    """What schedule(), schedule_at(), cancel() and reschedule() read, in one record beside the driver.
+
+    In the compiled build it is an extension type (see _driver_c.pxd): its fields are C fields, read
+    without the dictionary lookup that each attribute of the driver (a Python class) costs there, and its
+    engine is the compiled Scheduler, called as C. `running` and `accepting` follow the driver's `_state`
+    and `_fault`: DriverBase._set_state() and _set_fault(), their only writers, keep them in step.
+    """
+
+    __slots__ = (
+        "accepting",
+        "acquire",
+        "caller_loop",
+        "checks_caller",
+        "coroutines",
+        "engine",
+        "idle_hook",
+        "locking",
+        "missed",
+        "release",
+        "running",
+    )
+
+    def __init__(
+        self,
+        missed: Missed,
+        coroutines: bool,
+        locking: bool,
+        checks_caller: bool,
+        idle_hook: bool,
+        lock: Any,
+    ) -> None:
+        self.engine: Scheduler = None  # type: ignore[assignment]  # until the driver makes it
+        self.missed = missed  # the driver's default policy
+        self.coroutines = coroutines  # a coroutine function is a coroutine job (the class flags, as fields)
+        self.locking = locking
+        self.checks_caller = checks_caller  # the driver overrides _check_caller() / _after_cancel()
+        self.idle_hook = idle_hook
+        # (the lock's bound methods: on the hot paths they cost less than `with lock`)
+        self.acquire, self.release = lock.acquire, lock.release
+        self.caller_loop: Any = None  # the driver's `_caller_loop`
+        self.running = self.accepting = False  # new
+
+    def sync(self, state: Lifecycle, fault: BaseException | None) -> None:
+        """The driver's state or clock fault changed."""
+        self.running = state is _RUNNING
+        self.accepting = self.running and fault is None
+
+
+def _options(
+    coroutines: bool, fn: Callable[..., Any], context: bool, timeout: float | None
+) -> RunOptions | None:
+    if context is False and timeout is None:  # the common case: no options, or only `coroutine`
+        return _AS_COROUTINE if coroutines and is_async(fn) else None
+    boolean(context, "context")
+    return RunOptions(context=context, timeout=timeout, coroutine=coroutines and is_async(fn))
+
+
+def _check_thread(hot: _Hot, driver: DriverBase) -> None:
+    """driver._check_caller() on the hot paths: inline where `caller_loop` names the thread."""
+    loop = hot.caller_loop
+    if loop is not None:
+        tid = loop._thread_id
+        if tid is None or tid == get_ident():
+            return
+    driver._check_caller()
+
+
+def _no_engine(driver: DriverBase) -> NotStartedError:
+    """The error for a driver running without an engine (a subclass that never called _make_engine()):
+    the compiled build checks, since a method called on None would crash the interpreter."""
+    return NotStartedError(f"{type(driver).__name__} has no engine: it never called _make_engine()")
+
+
+def _add(
+    hot: _Hot,
+    driver: DriverBase,
+    at: bool,
+    time_arg: float,
+    fn: Callable[..., Any],
+    interval: float | None,
+    args: Iterable[Any],
+    kwargs: Mapping[str, Any] | None,
+    mode: RepeatMode,
+    missed: Missed | None,
+    context: bool,
+    timeout: float | None,
+) -> int:
+    """DriverBase.schedule() and schedule_at()."""
+    options = _options(hot.coroutines, fn, context, timeout)
+    locking = hot.locking
+    if locking:
+        hot.acquire()
+    try:
+        if hot.checks_caller:
+            _check_thread(hot, driver)
+        if not hot.accepting:
+            driver._check_accepting()  # (says why not; running and reading its clock is the common case)
+        if missed is None:
+            missed = hot.missed
+        engine = hot.engine
+        if engine is None:
+            raise _no_engine(driver)
+        try:
+            if at:
+                return engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
+            return engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
+        except Exception as exc:
+            driver._refuse_if_the_clock_fails(exc)
+            raise
+    finally:
+        if locking:
+            hot.release()
+
+
+def _cancel(hot: _Hot, driver: DriverBase, task_id: int) -> bool:
+    """DriverBase.cancel()."""
+    locking = hot.locking
+    if locking:
+        hot.acquire()
+    try:
+        if hot.checks_caller:
+            _check_thread(hot, driver)
+        if not hot.running:
+            driver._check_running()
+        engine = hot.engine
+        if engine is None:
+            raise _no_engine(driver)
+        cancelled = engine.cancel(task_id)
+        if cancelled and hot.idle_hook and not len(engine._store):
+            driver._after_cancel()
+        return cancelled
+    finally:
+        if locking:
+            hot.release()
+
+
+def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bool:
+    """DriverBase.reschedule()."""
+    locking = hot.locking
+    if locking:
+        hot.acquire()
+    try:
+        if hot.checks_caller:
+            _check_thread(hot, driver)
+        if not hot.accepting:
+            driver._check_accepting()
+        engine = hot.engine
+        if engine is None:
+            raise _no_engine(driver)
+        try:
+            return engine.reschedule(task_id, delay)
+        except Exception as exc:
+            driver._refuse_if_the_clock_fails(exc)
+            raise
+    finally:
+        if locking:
+            hot.release()
 
 
 def _uninitialised(driver: DriverBase) -> AttributeError:

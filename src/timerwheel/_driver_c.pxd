@@ -3,10 +3,40 @@
 # methods compiled): as a cdef class with typed fields its hot paths cost half as many instructions, but
 # on CPython 3.11 the Python subclasses of an extension type lose the interpreter's fast instance
 # attributes (41 ns per `self.x` read against 12), which made TimerHandle.reset and the drivers' own
-# Python code 25% slower. What this file may say: the types of module constants and functions. It must
-# never change what the code does.
+# Python code 25% slower. What the hot paths read lives instead in _Hot, an extension type with C fields,
+# one attribute of the driver; they call the compiled engine as C. What this file may say: the types of
+# module constants, of _Hot's fields, and of functions. It must never change what the code does.
+cimport cython
+
+from timerwheel._scheduler_c cimport Scheduler as _CScheduler
+
 cdef object _NEW, _RUNNING, _AS_COROUTINE, _FUNCTION, _PLAIN_CALLABLES
 cdef long _CO_COROUTINE
 
 
+cdef class _Hot:
+    cdef public _CScheduler engine
+    cdef public object missed
+    cdef public bint coroutines, locking, checks_caller, idle_hook, running, accepting
+    cdef public object acquire, release
+    cdef public object caller_loop
+
+    cpdef sync(self, object state, object fault)
+
+
 cpdef bint is_async(object fn) except -1
+
+cdef _options(bint coroutines, object fn, object context, object timeout)
+
+cdef _check_thread(_Hot hot, object driver)
+
+
+@cython.locals(engine=_CScheduler)
+cdef _add(_Hot hot, object driver, bint at, object time_arg, object fn, object interval, object args,
+          object kwargs, object mode, object missed, object context, object timeout)
+
+@cython.locals(engine=_CScheduler)
+cdef _cancel(_Hot hot, object driver, object task_id)
+
+@cython.locals(engine=_CScheduler)
+cdef _reschedule(_Hot hot, object driver, object task_id, object delay)

@@ -3,9 +3,10 @@
 The engine has one source, _scheduler.py. Built with Cython (setup.py compiles that very file, with the C
 types of _scheduler_c.pxd) it is the module _scheduler_c; imported as it is, it is the pure-Python engine.
 The drivers' shared base, _driver.py, is built the same way (_driver_c, with _driver_c.pxd), and used with
-the compiled engine only (it calls it as C). Both builds pass the same tests. The compiled ones are used
-with the Cython core (see _core.py: the same TIMERWHEEL_NO_EXTENSIONS switch turns them off), unless they
-are missing (a build that compiled only the core). Every other module imports these names from here.
+the compiled engine only (its hot record types the engine as the compiled Scheduler, called as C). Both
+builds pass the same tests. The compiled ones are used with the Cython core (see _core.py: the same
+TIMERWHEEL_NO_EXTENSIONS switch turns them off), unless they are missing (a build that compiled only the
+core). Every other module imports these names from here.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class ThreadedScheduler(DriverBase):
             try:
                 self._clock.subscribe(self._on_clock)  # a clock's own code: if it fails, nothing started
             except BaseException:
-                self._state = Lifecycle.NEW
+                self._set_state(Lifecycle.NEW)
                 raise
             self._driver.start()
             if self._pool is not None:
@@ -166,7 +166,7 @@ class ThreadedScheduler(DriverBase):
                 raise NotStartedError("the scheduler was never started")
             if self._state is Lifecycle.CLOSED:
                 return
-            self._state = Lifecycle.CLOSED
+            self._set_state(Lifecycle.CLOSED)
             for run in self._live:
                 if run.context is not None:
                     run.context.cancelled.set()
@@ -201,7 +201,7 @@ class ThreadedScheduler(DriverBase):
         """
         with self._lock:
             if self._state is Lifecycle.NEW:
-                self._state = Lifecycle.CLOSED
+                self._set_state(Lifecycle.CLOSED)
         self.stop()
         self.wait()
         with self._lock:
@@ -282,7 +282,8 @@ class ThreadedScheduler(DriverBase):
                 self._woken = False
                 try:
                     due, sleep = self._pass()
-                    self._fault = None
+                    if self._fault is not None:
+                        self._set_fault(None)
                     backoff = 0.0
                 except BaseException as exc:  # the driver never dies: it says why, and tries again soon
                     backoff = min(max(2 * backoff, 0.001), 1.0)
