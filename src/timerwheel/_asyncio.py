@@ -669,9 +669,10 @@ class AsyncScheduler(DriverBase):
         """Arm our one loop handle at `due` (earlier than it is armed now)."""
         if self._dispatching or self._state is not Lifecycle.RUNNING:
             return  # _on_wake arms it on its way out; a closed scheduler holds no handle
+        handle = self._loop.call_at(due, self._on_wake)  # (first: if it fails, the old handle stays armed)
         if self._handle is not None:
             self._handle.cancel()
-        self._handle = self._loop.call_at(due, self._on_wake)
+        self._handle = handle
         self._armed = self._engine._wake_below = due  # (the engine's copy: it calls wake() only below it)
 
     def _disarm_if_idle(self) -> None:

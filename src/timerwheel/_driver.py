@@ -10,6 +10,7 @@ the loop that calls engine.drain().
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -58,6 +59,9 @@ class DriverBase:
     implement execute(), wake() and timed_out() (the engine's Driver protocol). They may keep the engine's
     `_wake_below` at the time they next look at the store anyway: the engine then calls wake() only for
     what comes before it (see Scheduler.bind).
+
+    What the hot paths read is copied in `_hot` (see _Hot): subclasses write `_state` and `_fault` only
+    through _set_state() and _set_fault(), and make their engine with _make_engine().
     """
 
     _PROPAGATE: tuple[type[BaseException], ...] = ()
@@ -166,13 +170,13 @@ class DriverBase:
 
     def _set_state(self, state: Lifecycle) -> None:
         """The one writer of `_state` (the hot record's `running` and `accepting` follow it)."""
+        self._hot.sync(state, self._fault)  # (the record first: from here on, a closing driver refuses)
         self._state = state
-        self._hot.sync(state, self._fault)
 
     def _set_fault(self, fault: BaseException | None) -> None:
         """The one writer of `_fault`: why the clock cannot be read just now, or None (as _set_state)."""
-        self._fault = fault
         self._hot.sync(self._state, fault)
+        self._fault = fault
 
     def _check_caller(self) -> None:
         """A hook: AsyncScheduler refuses calls from other threads (overridden, the hot paths call it)."""
@@ -319,7 +323,8 @@ class DriverBase:
             self._engine.now()
         except Exception as clock_error:
             self._set_fault(clock_error)
-            self.wake(-math.inf)
+            with contextlib.suppress(Exception):  # a driver whose wake-up reads that clock: ClockError still
+                self.wake(-math.inf)
             raise ClockError(
                 f"the scheduler cannot read its clock ({clock_error!r}): work is refused until it can, "
                 "since it would not run"
@@ -485,11 +490,21 @@ def _add(
             raise _no_engine(driver)
         try:
             if at:
-                return engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
-            return engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
+                task_id = engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
+            else:
+                task_id = engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
         except Exception as exc:
             driver._refuse_if_the_clock_fails(exc)
             raise
+        if not hot.accepting:
+            # Closed (or its clock failed) during the call: by something the call ran, a finalizer that
+            # the garbage collector ran, a store or a clock of the user's. Refused as if it came after.
+            try:
+                driver._check_accepting()
+            except BaseException:
+                engine.cancel(task_id)
+                raise
+        return task_id
     finally:
         if locking:
             hot.release()
