@@ -241,6 +241,10 @@ class ThreadedScheduler(DriverBase):
         """Wake the sleeping driver if `due` comes before the time it sleeps until. O(1), no clock read."""
         if due < self._sleep_until:
             self._woken = True
+            # Awake from now on, as far as wake() is concerned: the driver looks at the store once it has
+            # the lock, and sees whatever comes meanwhile. So no second notify() (and no call from the
+            # engine) until it sleeps again.
+            self._sleep_until = self._engine._wake_below = -math.inf
             self._wake_up.notify()
 
     def _not_run(self, run: Run) -> None:
