@@ -1,7 +1,8 @@
 """Instructions per operation of the engine's and the drivers' hot paths, counted by callgrind: repeatable
 on a noisy machine, where times are not. Each workload runs its operation N times in a loop with 1,000
-timers pending; the script runs it under `valgrind --tool=callgrind` at N = 10,000 and 20,000 and prints
-the difference per operation (so set-up and interpreter start-up cancel out; the loop itself is counted).
+timers pending (scheduler-expire: N one-shot tasks scheduled, then run); the script runs it under
+`valgrind --tool=callgrind` at N = 10,000 and 20,000 and prints the difference per operation (so set-up
+and interpreter start-up cancel out; the loop itself is counted).
 
     python benchmarks/callgrind_ops.py                      # every workload, ~2 minutes
     python benchmarks/callgrind_ops.py async-jobs threaded  # some of them
@@ -42,6 +43,21 @@ def scheduler_reschedule(n: int) -> None:
     reschedule = s.reschedule
     for i in range(n):
         reschedule(ids[i % 1000], 3000.0 + i)
+
+
+def scheduler_expire(n: int) -> None:
+    """n one-shot tasks due within a second, then run_pending() as a ManualClock moves through it."""
+    from timerwheel import Scheduler
+    from timerwheel.testing import ManualClock
+
+    clock = ManualClock()
+    s = Scheduler(clock)
+    schedule, run_pending = s.schedule, s.run_pending
+    for i in range(n):
+        schedule((i % 1000) / 1000, noop)
+    for step in range(1, 101):
+        clock.set(step / 100)
+        run_pending()
 
 
 def threaded_schedule_cancel(n: int) -> None:
@@ -116,6 +132,7 @@ def _async_reset(s: object, n: int) -> None:
 WORKLOADS: dict[str, Callable[[int], None]] = {
     "scheduler": scheduler_schedule_cancel,
     "scheduler-reschedule": scheduler_reschedule,
+    "scheduler-expire": scheduler_expire,
     "threaded": threaded_schedule_cancel,
     "threaded-reschedule": threaded_reschedule,
     "async-jobs": lambda n: _on_loop(_async_jobs, n),
