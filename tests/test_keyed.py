@@ -24,6 +24,7 @@ from timerwheel import (
     JobEvent,
     KeyedScheduler,
     KeyState,
+    NotStartedError,
     Reschedule,
     Scheduler,
     ThreadedScheduler,
@@ -797,3 +798,15 @@ def test_before_run_states_while_runs_overlap_and_when_next_run_ends_the_key() -
     sched2.run_pending()
     assert seen == [(KeyState.RUNNING, True)]
     assert k2.get("b").state is KeyState.DISABLED  # type: ignore[union-attr]
+
+
+def test_upsert_and_replace_all_without_a_clock_change_nothing() -> None:
+    """An AsyncScheduler made outside a loop and not started has no clock yet: upsert() and replace_all()
+    raise NotStartedError and leave the keys as they were (upsert used to add the key, DISABLED, first)."""
+    keyed = KeyedScheduler(AsyncScheduler(), every(10), print)
+    with pytest.raises(NotStartedError):
+        keyed.upsert("a", 1)
+    assert len(keyed) == 0 and keyed.get("a") is None
+    with pytest.raises(NotStartedError):
+        keyed.replace_all({"b": 2})
+    assert len(keyed) == 0 and keyed.get("b") is None

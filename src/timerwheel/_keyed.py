@@ -544,6 +544,8 @@ class KeyedScheduler:
 
         Raises:
             TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed.
+            NotStartedError: its scheduler has no clock yet (an AsyncScheduler made outside a loop and not
+                started); nothing changed.
         """
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         if lock is not None:
@@ -609,6 +611,9 @@ class KeyedScheduler:
                 raise RuntimeError("the KeyedScheduler is closed")
             self._check_caller()
             encoded = ""
+            # (first: a scheduler without a clock yet, an AsyncScheduler not started, raises and changes
+            # nothing; the durable path reads it before its store commits, in _evaluate)
+            wall_now = math.nan if self._durable else self._wall_now()
             if self._durable:
                 encode_key(key)
                 encoded = self._encode(data)
@@ -648,13 +653,14 @@ class KeyedScheduler:
             if self._durable:
                 self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
             else:
-                self._plan(rec, self._wall_now())
+                self._plan(rec, wall_now)
 
     def replace_all(self, mapping: Mapping[Hashable, Any]) -> None:
         """Upsert every item of `mapping`, and remove every key that is not in it.
 
         Raises:
             TypeError: mapping is not a mapping, or one of its keys is not hashable.
+            NotStartedError: as upsert(); nothing changed.
         """
         if not isinstance(mapping, Mapping):
             raise TypeError(f"mapping must be a mapping of key to data, not {type(mapping).__name__}")
@@ -666,6 +672,7 @@ class KeyedScheduler:
             self._check_open()
             self._check_caller()
             if not self._durable:
+                self._wall_now()  # (a scheduler without a clock yet raises here, before anything is removed)
                 for key in [k for k in self._keys if k not in mapping]:
                     self.remove(key)
                 for key, data in mapping.items():
