@@ -810,3 +810,55 @@ def test_upsert_and_replace_all_without_a_clock_change_nothing() -> None:
     with pytest.raises(NotStartedError):
         keyed.replace_all({"b": 2})
     assert len(keyed) == 0 and keyed.get("b") is None
+
+
+def test_after_finish_counts_from_when_the_run_returned_not_from_a_wait_for_the_lock() -> None:
+    """AFTER_FINISH: next_run sees the time the run returned. The run's end used to be read only once
+    _end() had the scheduler's lock, which another thread may hold meanwhile (a durable store's database
+    round trip): under load a key then skipped a point of its grid (seen as a "lost" fire by
+    test_shared's journal check). Here another thread holds the lock while the clocks move 10 s: the
+    next run is planned 5 s after the first returned (T0 + 10, due at once), not after the wait (T0 + 20)."""
+    worker: list[threading.Thread] = []
+    read_after_run = threading.Event()
+
+    class Watched(ManualClock):
+        watching = False
+
+        def wall(self) -> float:
+            now = super().wall()
+            if self.watching and worker and threading.current_thread() is worker[0]:
+                read_after_run.set()  # the run's end was read, on the run's thread
+            return now
+
+    clock = Watched(100.0, wall=T0)
+    sched = ThreadedScheduler(clock=clock, workers=1)
+    held = threading.Event()
+    scheduled: list[float] = []
+
+    def holder() -> None:
+        with sched._lock:
+            held.set()
+            read_after_run.wait(GENEROUS)  # (without the fix, the end is read only after this returns)
+            clock.advance(10)  # time passes while the lock is held
+
+    second = threading.Event()
+
+    def run(ctx: JobContext, key: str, data: Any) -> None:
+        scheduled.append(ctx.scheduled_for)
+        if len(scheduled) == 2:
+            second.set()
+        if not worker:
+            worker.append(threading.current_thread())
+            threading.Thread(target=holder, daemon=True).start()
+            assert held.wait(GENEROUS)
+            clock.watching = True
+
+    k = KeyedScheduler(sched, every(5), run, context=True)
+    k.start()
+    try:
+        k.upsert("a")
+        clock.advance(5)  # the first run, at T0 + 5, returns at T0 + 5
+        second.wait(GENEROUS)  # (without the fix, no second run comes: the next is planned at T0 + 20)
+        assert scheduled[:2] == [T0 + 5, T0 + 10], scheduled
+    finally:
+        k.close()

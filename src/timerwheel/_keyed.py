@@ -1029,7 +1029,9 @@ class KeyedScheduler:
         error: BaseException | None,
         scheduled_for: float,
         started: bool = True,
+        ended: float | None = None,
     ) -> None:
+        """A run ended at the wall time `ended` (None: now, read under the lock)."""
         with self._lock:
             rec.running -= 1
             contexts = rec.contexts
@@ -1042,7 +1044,7 @@ class KeyedScheduler:
                 self._counts["finished"] += 1
                 if error is not None:
                     self._counts["failed"] += 1
-            wall_now = self._wall_now()
+            wall_now = self._wall_now() if ended is None else ended
             mine = self._keys.get(rec.key) is rec and rec.generation == generation
             current = mine and not self._closed
             outcome: tuple[KeyState, float | None, str | None] | None = None
@@ -1221,7 +1223,7 @@ class KeyedScheduler:
             raise
         finally:
             _running.depth -= 1
-            self._end(rec, generation, data, ctx, error, scheduled_for)
+            self._end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
 
     async def _run_async(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
@@ -1239,7 +1241,16 @@ class KeyedScheduler:
             error = exc
             raise
         finally:
-            self._end(rec, generation, data, ctx, error, scheduled_for)
+            self._end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+
+    def _ended(self) -> float | None:
+        """The wall time a run ended, read as it returns: before _end() waits for the lock, which another
+        thread may hold for a database round trip (AFTER_FINISH counts from the end, not from that wait).
+        None if the clock fails: _end() reads it again, and says so."""
+        try:
+            return self._wall_now()
+        except Exception:
+            return None
 
     # -- a durable store: loading, recovery and catch-up at start ------------------------------------------
 
