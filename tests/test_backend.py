@@ -146,7 +146,9 @@ def test_stub_matches_the_python_twin() -> None:
 
     stub = ast.parse((Path(_core_py.__file__).parent / "_core_c.pyi").read_text())
     stub_funcs = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
-    (stub_class,) = [n for n in stub.body if isinstance(n, ast.ClassDef)]
+    classes = {n.name: n for n in stub.body if isinstance(n, ast.ClassDef)}
+    assert set(classes) == {n for n in _core_py.__all__ if isinstance(getattr(_core_py, n), type)}
+    stub_class = classes["TimerWheel"]
     stub_methods = {n.name: n for n in stub_class.body if isinstance(n, ast.FunctionDef)}
 
     def params(node: ast.FunctionDef) -> list[str]:

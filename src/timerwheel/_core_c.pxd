@@ -97,3 +97,20 @@ cdef class TimerWheel(_Wheel):
     cpdef add_at(self, due, item)
     cpdef cancel(self, timer_id)
     cpdef reschedule_at(self, timer_id, due)
+
+
+@cython.final
+cdef class TaskTable:
+    cdef list _items            # the window: _items[i] is the task of id _base + i, or None
+    cdef dict _old              # tasks whose ids are below the window
+    cdef long long _base
+    cdef Py_ssize_t _start      # _items[:_start] are None
+    cdef Py_ssize_t _live       # tasks in the window
+
+    cdef Py_ssize_t _index(self, object key) except -2
+    cpdef get(self, key, default=*)
+    cpdef pop(self, key, default=*)
+    cdef int _put(self, object key, object task) except -1
+    cdef int _evict(self) except -1
+    cpdef list values(self)
+    cpdef clear(self)

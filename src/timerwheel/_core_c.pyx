@@ -973,3 +973,166 @@ cdef class TimerWheel(_Wheel):
         self._min_due = m
         self._min_valid = True
         return m
+
+
+# -- the engine's task table ---------------------------------------------------------------------------
+
+cdef enum:
+    TABLE_SLACK = 1024      # window slots tolerated beyond the rules below before they act
+
+
+@cython.final
+cdef class TaskTable:
+    """The job engine's tasks by id, a dict for ids handed out 1, 2, 3, ... (see _core_py.TaskTable).
+
+    Tasks live in a window, a list indexed by id - base, while their ids are recent; older ones, still
+    pending when the window moves on, in a dict. A new id appends to the window; a removed one leaves None,
+    and the window's front moves past the Nones. When the window is mostly holes (long-lived tasks pin its
+    front while the rest come and go) its live tasks move to the dict and the window starts afresh. Every
+    operation is O(1) amortised; a pending task costs one list slot (8 bytes) instead of a dict entry.
+
+    Re-entrancy: nothing here runs Python code while the table changes: the list and the dict grow
+    without allocating tracked objects, and a removed task is handed back to the caller, never dropped.
+    """
+
+    def __cinit__(self):
+        self._items = []
+        self._old = {}
+        self._base = 0
+        self._start = 0
+        self._live = 0
+
+    def __len__(self):
+        return self._live + len(self._old)
+
+    def __contains__(self, key):
+        return self.get(key) is not None
+
+    def __getitem__(self, key):
+        task = self.get(key)
+        if task is None:
+            raise KeyError(key)
+        return task
+
+    def __setitem__(self, key, task):
+        self._put(key, task)
+
+    def __delitem__(self, key):
+        if self.pop(key) is None:
+            raise KeyError(key)
+
+    @cython.final
+    cdef Py_ssize_t _index(self, object key) except -2:
+        """key's index in the window, or -1 when it is outside it (a key of any other type: -1 too)."""
+        cdef int overflow = 0
+        cdef long long v
+        if not PyLong_CheckExact(key):
+            return -1
+        v = PyLong_AsLongLongAndOverflow(key, &overflow)
+        if overflow or v < self._base:
+            return -1
+        v -= self._base
+        if v < self._start or v >= len(self._items):
+            return -1
+        return <Py_ssize_t>v
+
+    cpdef get(self, key, default=None):
+        """The task of id `key`, or `default`."""
+        cdef Py_ssize_t i = self._index(key)
+        if i >= 0:
+            task = self._items[i]
+            return default if task is None else task
+        if self._old:
+            return self._old.get(key, default)
+        return default
+
+    cpdef pop(self, key, default=None):
+        """Remove and return the task of id `key`, or return `default`."""
+        cdef Py_ssize_t i = self._index(key)
+        cdef list items = self._items
+        if i < 0:
+            if self._old:
+                return self._old.pop(key, default)
+            return default
+        task = items[i]
+        if task is None:
+            return default
+        items[i] = None
+        self._live -= 1
+        if i == self._start:  # the front moves past the holes
+            while self._start < len(items) and items[self._start] is None:
+                self._start += 1
+            if self._start > TABLE_SLACK and 2 * self._start > len(items):
+                del items[: self._start]
+                self._base += self._start
+                self._start = 0
+        return task
+
+    @cython.final
+    cdef int _put(self, object key, object task) except -1:
+        cdef int overflow = 0
+        cdef long long v
+        cdef Py_ssize_t n
+        cdef list items = self._items
+        if task is None:
+            raise TypeError("a TaskTable holds tasks, not None")
+        if not PyLong_CheckExact(key):
+            _py_identifier(key, "task_id")
+        v = PyLong_AsLongLongAndOverflow(key, &overflow)
+        if overflow or v < self._base + self._start:  # below the window (or off the scale): the dict
+            self._old[key] = task
+            return 0
+        v -= self._base
+        n = len(items)
+        if v < n:
+            if items[v] is None:
+                self._live += 1
+            items[v] = task
+            return 0
+        if n - self._start > 2 * self._live + TABLE_SLACK or v > n + TABLE_SLACK:
+            self._evict()  # mostly holes, or far ahead: the window starts afresh at key
+            self._base = <long long>key
+            v = 0
+            n = 0
+            items = self._items
+        while n < v:  # ids given back or burnt by a call that failed: holes
+            items.append(None)
+            n += 1
+        items.append(task)
+        self._live += 1
+        return 0
+
+    @cython.final
+    cdef int _evict(self) except -1:
+        """Move the window's tasks to the dict and empty it (every id in it is below the next base)."""
+        cdef list items = self._items
+        cdef Py_ssize_t i
+        for i in range(self._start, len(items)):
+            task = items[i]
+            if task is not None:
+                self._old[self._base + i] = task
+        del items[:]  # (no new list: an allocation could run a finalizer with the tasks in both places)
+        self._start = 0
+        self._live = 0
+        return 0
+
+    cpdef list values(self):
+        """Every task, in id order."""
+        cdef list out = [self._old[key] for key in sorted(self._old)]
+        cdef Py_ssize_t i
+        for i in range(self._start, len(self._items)):
+            task = self._items[i]
+            if task is not None:
+                out.append(task)
+        return out
+
+    cpdef clear(self):
+        """Forget every task."""
+        fresh_items, fresh_old = [], {}  # (allocated first: the GC may run a finalizer that reads the table)
+        items, old = self._items, self._old
+        self._items = fresh_items
+        self._old = fresh_old
+        self._base += self._start + len(items)
+        self._start = 0
+        self._live = 0
+        del items, old  # (dropped only now: a finalizer that runs here finds the table empty)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ._clock import Clock, as_clock
-from ._core import TimerWheel
+from ._core import TaskTable, TimerWheel
 from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
 from ._validate import (
     arguments,
@@ -273,7 +273,7 @@ class Run:
         engine._executed += 1
         if not task.repeat and task.live:  # a live task is in the table
             task.live = False
-            del engine._tasks[task.id]  # a one-shot is finished once it starts
+            engine._tasks.pop(task.id, None)  # a one-shot is finished once it starts
             if task.wall is not None:
                 engine._cal.tasks.discard(task)
         try:
@@ -763,7 +763,7 @@ class _Engine:
             observer, error_handler, logger or logging.getLogger("timerwheel"), propagate
         )
         self._propagate = propagate
-        self._tasks: dict[int, _Task] = {}
+        self._tasks: TaskTable[_Task] = TaskTable()  # id -> _Task (compiled: mostly a list; see TaskTable)
         self._last_id = 0
         self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
         self._waiting = 0  # runs taken and not started

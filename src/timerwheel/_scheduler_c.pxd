@@ -5,6 +5,7 @@
 # become cpdef (callable from C without a Python call). It must never change what the code does.
 cimport cython
 
+from timerwheel._core_c cimport TaskTable as _CTable
 from timerwheel._core_c cimport TimerWheel as _CWheel
 
 cdef double _INF, _NAN
@@ -89,7 +90,7 @@ cdef class _Engine:
     cdef public double _latest
     cdef public _Reports _reports
     cdef public object _propagate
-    cdef public dict _tasks
+    cdef public _CTable _tasks
     cdef public long long _last_id
     cdef public long long _executed, _cancelled, _running, _dropped, _skipped, _failed
     cdef public long long _waiting, _others, _calls
