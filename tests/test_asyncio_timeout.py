@@ -571,8 +571,12 @@ UVLOOP_DIFFERS = {
 }
 
 
-# Real time: each scenario's deadlines are 10 ms against 1 s, a margin of 99x, and only the order of events
-# is compared, never a time: a loaded machine slows the run down but cannot change the transcript.
+# Real time: only the order of events is compared, never a time. Ours and asyncio's are separate runs,
+# and some scenarios keep a margin of one SHORT (10 ms: a keep-alive sleeps SHORT and resets a deadline
+# 2 * SHORT out), which a stall of a loaded machine (seen on 2 busy cores) can exceed in one run and not
+# the other. A real difference repeats in every run; a stall does not: a pair of transcripts that differs
+# is run again, 3 times at most, and the test fails only if every pair differs. The same scenarios run on
+# virtual time above, exactly and once.
 @pytest.mark.realtime
 @pytest.mark.parametrize("loop_name", sorted(REAL_LOOPS))
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -582,9 +586,12 @@ def test_same_as_asyncio_on_a_real_loop(name: str, loop_name: str) -> None:
         pytest.skip("uvloop is not installed (pip install 'timerwheel[compare]'; not on Windows)")
     if loop_name == "uvloop" and name in UVLOOP_DIFFERS:
         pytest.skip(UVLOOP_DIFFERS[name])
-    theirs = _transcript(make_loop, SCENARIOS[name], ours=False, exact=False)
-    ours = _transcript(make_loop, SCENARIOS[name], ours=True, exact=False)
-    assert ours[-1] == ("our timers left", 0)
+    for _ in range(3):
+        theirs = _transcript(make_loop, SCENARIOS[name], ours=False, exact=False)
+        ours = _transcript(make_loop, SCENARIOS[name], ours=True, exact=False)
+        assert ours[-1] == ("our timers left", 0)
+        if ours[:-1] == theirs:
+            break
     assert ours[:-1] == theirs
 
 

@@ -67,11 +67,21 @@ cdef class _Wheel:
     @cython.final
     cdef int64_t _lookup(self, object timer_id) except -2
     @cython.final
-    cdef int64_t _lookup_big(self, object timer_id) except -2
+    cdef int64_t _lookup_id(self, int64_t v) noexcept
     @cython.final
     cdef object _insert(self, double due, int64_t tick, object item)
     @cython.final
+    cdef int64_t _insert_idx(self, double due, int64_t tick, object item) except -1
+    @cython.final
     cdef object _move(self, object timer_id, double due, int64_t tick)
+    @cython.final
+    cdef bint _move_idx(self, int64_t idx, double due, int64_t tick) except -1
+    @cython.final
+    cdef int64_t _add_id(self, double due, object item) except -1
+    @cython.final
+    cdef bint _cancel_id(self, int64_t timer_id) except -1
+    @cython.final
+    cdef bint _move_id(self, int64_t timer_id, double due) except -1
     @cython.final
     cdef int _next_event(self, int64_t* tick) noexcept
     @cython.final

@@ -63,7 +63,7 @@ cdef enum:
     C_FREE = -1
 cdef uint32_t C_ID_MASK = 0xFFFFFFFFu     # also the "no entry" mark that ends the free list
 cdef double C_MAX_TICKS = <double>(1ULL << 62)
-cdef uint64_t SMALL_GEN = 1ULL << 31   # ids of generations below this fit a signed 64-bit int
+cdef uint64_t C_MAX_GEN = 1ULL << 31   # _core_py.MAX_GEN: an entry of this generation is retired
 
 
 cdef int _fired_cmp(const void* a, const void* b) noexcept nogil:
@@ -112,9 +112,7 @@ cdef inline int _check_id(object timer_id) except -1:
 
 
 cdef inline object _make_id(uint64_t gen, uint32_t idx):
-    if gen < SMALL_GEN:
-        return PyLong_FromLongLong(<long long>((gen << C_ID_BITS) | idx))
-    return (int(gen) << C_ID_BITS) | idx   # a generation past 2**31: the id outgrows 64 bits
+    return PyLong_FromLongLong(<long long>((gen << C_ID_BITS) | idx))  # (gen < C_MAX_GEN: 63 bits)
 
 
 cdef class _Wheel:
@@ -307,8 +305,9 @@ cdef class _Wheel:
         cdef Entry* entry = &self._entries[idx]
         entry.gen += 1
         entry.bucket = C_FREE
-        entry.pos = self._free
-        self._free = idx
+        if entry.gen < C_MAX_GEN:  # (else retired: see _core_py.MAX_GEN)
+            entry.pos = self._free
+            self._free = idx
         item = self._items[idx]
         self._items[idx] = None
         self._count -= 1
@@ -324,8 +323,16 @@ cdef class _Wheel:
         cdef Entry* entry
         _check_id(timer_id)
         v = PyLong_AsLongLongAndOverflow(timer_id, &overflow)
-        if overflow:
-            return self._lookup_big(timer_id)
+        if overflow:  # 2**63 or more, or below -2**63: no id (see _core_py.MAX_GEN)
+            return -1
+        return self._lookup_id(v)
+
+    @cython.final
+    cdef int64_t _lookup_id(self, int64_t v) noexcept:
+        """_lookup of an id that is a C integer."""
+        cdef uint64_t gen
+        cdef uint32_t idx
+        cdef Entry* entry
         if v <= 0:
             return -1
         idx = <uint32_t>(v & C_ID_MASK)
@@ -338,18 +345,12 @@ cdef class _Wheel:
         return idx
 
     @cython.final
-    cdef int64_t _lookup_big(self, object timer_id) except -2:
-        """_lookup for an id of 2**63 or more: a generation past 2**31, or no id at all."""
-        if timer_id < 0 or timer_id >> (C_ID_BITS + 64):
-            return -1
-        cdef uint32_t idx = <uint32_t>(timer_id & ID_MASK)
-        cdef uint64_t gen = <uint64_t>(timer_id >> C_ID_BITS)
-        if idx >= self._size or self._entries[idx].gen != gen or self._entries[idx].bucket == C_FREE:
-            return -1
-        return idx
+    cdef object _insert(self, double due, int64_t tick, object item):
+        cdef uint32_t idx = self._insert_idx(due, tick, item)
+        return _make_id(self._entries[idx].gen, idx)
 
     @cython.final
-    cdef object _insert(self, double due, int64_t tick, object item):
+    cdef int64_t _insert_idx(self, double due, int64_t tick, object item) except -1:
         cdef int bucket
         while True:   # prepare: room in the bucket and a free entry, before anything is changed
             bucket = self._bucket_for(tick)
@@ -374,11 +375,14 @@ cdef class _Wheel:
         elif self._min_valid and due < self._min_due:
             self._min_due = due
         self._count += 1
-        return _make_id(entry.gen, idx)
+        return idx
 
     @cython.final
     cdef object _move(self, object timer_id, double due, int64_t tick):
-        cdef int64_t idx = self._lookup(timer_id)
+        return self._move_idx(self._lookup(timer_id), due, tick)
+
+    @cython.final
+    cdef bint _move_idx(self, int64_t idx, double due, int64_t tick) except -1:
         if idx < 0:
             return False
         cdef Entry* entry = &self._entries[idx]
@@ -404,6 +408,36 @@ cdef class _Wheel:
         if self._min_valid and due < self._min_due:
             self._min_due = due
         return True
+
+    # -- for the compiled engine: ids as C integers, so that a task keeps no int object for its timer ----
+
+    @cython.final
+    cdef int64_t _add_id(self, double due, object item) except -1:
+        """add_at() with a C due and a C id."""
+        if not isfinite(due):
+            raise ValueError(f"due must be finite, got {due!r}")
+        cdef int64_t idx = self._insert_idx(due, self._tick_of(due, "due"), item)
+        return <int64_t>((self._entries[idx].gen << C_ID_BITS) | <uint64_t>idx)
+
+    @cython.final
+    cdef bint _cancel_id(self, int64_t timer_id) except -1:
+        """cancel() of a C id."""
+        cdef int64_t idx = self._lookup_id(timer_id)
+        if idx < 0:
+            return False
+        if self._min_valid and self._entries[idx].due <= self._min_due:
+            self._min_valid = False
+        self._unlink(<uint32_t>idx)
+        self._release(<uint32_t>idx)  # (the item is dropped here, after the bookkeeping)
+        return True
+
+    @cython.final
+    cdef bint _move_id(self, int64_t timer_id, double due) except -1:
+        """reschedule_at() of a C id, with a C due."""
+        if not isfinite(due):
+            raise ValueError(f"due must be finite, got {due!r}")
+        cdef int64_t tick = self._tick_of(due, "due")
+        return self._move_idx(self._lookup_id(timer_id), due, tick)
 
     @cython.final
     cdef int _next_event(self, int64_t* tick) noexcept:
@@ -700,6 +734,8 @@ cdef class _Wheel:
             assert self._entries[idx].bucket == C_FREE and self._items[idx] is None
             free += 1
             idx = self._entries[idx].pos
+        for idx in range(self._size):
+            free += self._entries[idx].bucket == C_FREE and self._entries[idx].gen >= C_MAX_GEN
         assert free + self._count == self._size
         if self._min_valid and self._count:
             assert self._min_due == m, "stale next_due cache"

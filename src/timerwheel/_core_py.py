@@ -61,6 +61,10 @@ MAX_TICKS = 1 << TICK_BITS
 #: time the entry is freed, so an id is never issued twice and a stale id never matches a newer timer.
 ID_BITS = 32
 ID_MASK = (1 << ID_BITS) - 1
+#: An entry is retired (never handed out again) once its generation reaches this: every id then fits a
+#: signed 64-bit integer, which the compiled engine keeps its tasks' timer ids in. It costs one 40 B
+#: entry per 2**31 timers that went through it.
+MAX_GEN = 1 << 31
 #: The bucket of an entry that is on the free list.
 FREE = -1
 #: A top slot's epoch bound while its cascade is under way (any real epoch is lower).
@@ -459,8 +463,9 @@ class _Wheel:
             entry.item = None
             entry.gen = gen + 1  # from here its id is stale: a cancel() of it returns False
             entry.bucket = FREE
-            entry.next_free = self._free
-            self._free = idx
+            if gen + 1 < MAX_GEN:  # (else retired: see MAX_GEN)
+                entry.next_free = self._free
+                self._free = idx
             self._count -= 1
             self._version += 1
             fired.append(((gen << ID_BITS) | idx, item))
@@ -586,7 +591,8 @@ class _Wheel:
             assert self._entries[idx].bucket == FREE and self._entries[idx].item is None
             free += 1
             idx = self._entries[idx].next_free
-        assert free + self._count == len(self._entries)
+        retired = sum(e.bucket == FREE and e.gen >= MAX_GEN for e in self._entries)
+        assert free + retired + self._count == len(self._entries)
         if self._min_valid and self._count:
             assert self._min_due == min(self._entries[i].due for lst in self._buckets for i in lst), (
                 "stale next_due cache"
@@ -749,8 +755,9 @@ class TimerWheel(_Wheel):
         entry.item = None
         entry.gen += 1
         entry.bucket = FREE
-        entry.next_free = self._free
-        self._free = idx
+        if entry.gen < MAX_GEN:  # (else retired: see MAX_GEN)
+            entry.next_free = self._free
+            self._free = idx
         self._count -= 1
         self._version += 1
         del item
@@ -820,8 +827,9 @@ class TimerWheel(_Wheel):
                 entry.item = None
                 entry.gen += 1
                 entry.bucket = FREE
-                entry.next_free = self._free
-                self._free = idx
+                if entry.gen < MAX_GEN:  # (else retired: see MAX_GEN)
+                    entry.next_free = self._free
+                    self._free = idx
                 self._count -= 1
                 self._min_valid = False
                 self._heap_bucket = -1

@@ -61,7 +61,11 @@ _WALL_STEP = 0.001
 
 
 class TimerStore(Protocol):
-    """What the engine needs from its timer store: TimerWheel, or the heap of HeapScheduler."""
+    """What the engine needs from its timer store: TimerWheel, or the heap of HeapScheduler.
+
+    Its timer ids are ints from 1 to 2**63 - 1 (the compiled engine keeps a task's as a C integer, and 0 as
+    "not armed"), each issued once.
+    """
 
     @property
     def now(self) -> float: ...
@@ -115,8 +119,8 @@ class JobContext:
 
 
 class _Task:
-    """One scheduled task (made by _new_task). `timer_id` is its entry in the store while armed, None
-    otherwise."""
+    """One scheduled task (made by _new_task). `timer_id` is its entry in the store while armed, 0
+    otherwise (the compiled build keeps it as a C integer: no int object per task)."""
 
     __slots__ = (
         "args",
@@ -150,7 +154,7 @@ class _Task:
     first_due: float
     due: float
     options: RunOptions
-    timer_id: int | None
+    timer_id: int
     running: int
     waiting: Run | None
     last_call: int
@@ -162,7 +166,7 @@ class _Task:
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain(),
-            self.timer_id = None  # in its place among the other items put back
+            self.timer_id = 0  # in its place among the other items put back
             engine._arm(self, self.due)
 
 
@@ -190,7 +194,7 @@ def _new_task(
     task.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
     task.due = due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
     task.options = options
-    task.timer_id = None
+    task.timer_id = 0
     task.running = 0  # runs taken and not finished (a waiting one included)
     task.waiting = None  # its run taken but not started (waiting for a worker or a slot)
     task.last_call = 0  # the drain() call that last took it: at most one run per call
@@ -620,7 +624,7 @@ class _Calendar:
         if abs(offset - self.offset) > _WALL_STEP:
             self.offset = offset
             for task in list(self.tasks):
-                if task.timer_id is not None and task.wall is not None:
+                if task.timer_id and task.wall is not None:
                     due = task.wall - offset
                     if store.reschedule_at(task.timer_id, due):
                         task.due = due
@@ -838,21 +842,25 @@ class _Engine:
 
     # -- the store's operations (see __init__) -----------------------------------------------------------
 
+    # (compiled only: `_wheel` is None in Python, whose TimerWheel has no _add_id, _cancel_id, _move_id)
+
     def _add_at(self, due: float, item: Any) -> int:
         wheel = self._wheel
-        return wheel.add_at(due, item) if wheel is not None else self._store.add_at(due, item)
+        if wheel is not None:
+            return wheel._add_id(due, item)  # type: ignore[attr-defined, no-any-return]
+        return self._store.add_at(due, item)
 
     def _cancel_at(self, timer_id: int) -> bool:
         wheel = self._wheel
-        return wheel.cancel(timer_id) if wheel is not None else self._store.cancel(timer_id)
+        if wheel is not None:
+            return wheel._cancel_id(timer_id)  # type: ignore[attr-defined, no-any-return]
+        return self._store.cancel(timer_id)
 
     def _move_at(self, timer_id: int, due: float) -> bool:
         wheel = self._wheel
-        return (
-            wheel.reschedule_at(timer_id, due)
-            if wheel is not None
-            else self._store.reschedule_at(timer_id, due)
-        )
+        if wheel is not None:
+            return wheel._move_id(timer_id, due)  # type: ignore[attr-defined, no-any-return]
+        return self._store.reschedule_at(timer_id, due)
 
     # -- plain timers ------------------------------------------------------------------------------------
 
@@ -900,7 +908,7 @@ class _Engine:
                 elif isinstance(item, _Deadline):
                     item.id = None
                 else:
-                    item.timer_id = None
+                    item.timer_id = 0
                     kept.append(item)
         self._others = 0
         for task in kept:  # the store moved on to the last due: tasks go back where they were
@@ -959,7 +967,7 @@ class _Engine:
                         continue
                     task = item
                     if task.timer_id == timer_id and task.live:  # not cancelled or moved meanwhile
-                        task.timer_id = None
+                        task.timer_id = 0
                         if task.last_call == calls:  # a recurring task runs at most once per drain()
                             self._deferred.append(task)
                         else:
@@ -971,7 +979,7 @@ class _Engine:
             self._batch = _NOTHING
             deferred, self._deferred = self._deferred, []
             for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
-                if task.timer_id is None and task.live:
+                if not task.timer_id and task.live:
                     self._arm(task, task.due)
             self._draining = False
 
@@ -1032,7 +1040,7 @@ class _Engine:
         finally:
             # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
             # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
-            if task.repeat and task.mode is not _FIXED_DELAY and task.timer_id is None and task.live:
+            if task.repeat and task.mode is not _FIXED_DELAY and not task.timer_id and task.live:
                 self._rearm_on_grid(task, scheduled_for, now)
         return 1
 
@@ -1055,7 +1063,7 @@ class _Engine:
         self._arm(task, due)
 
     def _arm(self, task: _Task, due: float) -> None:
-        """Put a live task's next run in the store (its timer_id must be None).
+        """Put a live task's next run in the store (its timer_id must be 0).
 
         A finalizer may cancel the task while the store works: `live` is read again afterwards, without a
         call in between, and the new timer is taken back. A due that the store cannot hold (an interval
@@ -1081,7 +1089,7 @@ class _Engine:
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
         overdue, task.overdue = task.overdue, False
-        if task.timer_id is not None or not task.live:
+        if task.timer_id or not task.live:
             return
         if overdue:  # its rescheduled due passed while the run went on: the next run follows at once
             self._arm(task, finished_at)
@@ -1167,9 +1175,9 @@ class _Engine:
         counter changes. Plain timers stay (the driver decides what becomes of them)."""
         for task in list(self._tasks.values()):
             task.live = False
-            if task.timer_id is not None:
+            if task.timer_id:
                 self._cancel_at(task.timer_id)
-                task.timer_id = None
+                task.timer_id = 0
             if task.waiting is not None:
                 task.waiting.forget()
         self._tasks.clear()
@@ -1182,7 +1190,7 @@ class _Engine:
         if type(task_id) is not int:
             identifier(task_id, "task_id")
         task = self._tasks.get(task_id)
-        if task is None or task.timer_id is None:
+        if task is None or not task.timer_id:
             return None
         return task.due
 
@@ -1191,7 +1199,7 @@ class _Engine:
         infos = [
             TimerInfo(task.id, task.due, task.interval, task.mode)
             for task in list(self._tasks.values())
-            if task.timer_id is not None
+            if task.timer_id
         ]
         infos.sort(key=lambda info: (info.next_fire_at, info.id))
         return infos
@@ -1442,8 +1450,8 @@ class Scheduler(_Engine):
         if task.wall is not None:
             self._cal.tasks.discard(task)
         timer_id = task.timer_id
-        task.timer_id = None
-        if timer_id is not None:
+        task.timer_id = 0
+        if timer_id:
             self._cancel_at(timer_id)  # False when just taken: drain() sees the task is not live
         if task.waiting is not None:  # its run waits for a worker or a slot: it will not start
             task.waiting.forget()
@@ -1483,7 +1491,7 @@ class Scheduler(_Engine):
         task.overdue = False
         timer_id = task.timer_id
         try:
-            if timer_id is None or not self._move_at(timer_id, due):
+            if not timer_id or not self._move_at(timer_id, due):
                 # not armed (a FIXED_DELAY task while it runs) or just taken for running: arm it afresh
                 timer_id = self._add_at(due, task)
                 if not task.live:  # cancelled by a finalizer while the store worked
@@ -1591,8 +1599,8 @@ class Scheduler(_Engine):
         task = self._tasks[task_id]
         task.cron = cron
         task.repeat = cron is not None
-        timer_id, task.timer_id = task.timer_id, None
-        if timer_id is not None:
+        timer_id, task.timer_id = task.timer_id, 0
+        if timer_id:
             self._cancel_at(timer_id)
         self._arm_wall(task, wall)
 

@@ -26,7 +26,7 @@ cdef class _Task:
     cdef public tuple args
     cdef public object kwargs
     cdef public object id
-    cdef public object timer_id
+    cdef public long long timer_id
     cdef public double due
     cdef public double first_due
     cdef public object interval
@@ -112,6 +112,7 @@ cdef class _Engine:
     @cython.locals(run=Run, scheduled_for=double)
     cpdef int _fire(self, _Task task, double now, object driver) except -1
 
+    @cython.locals(timer_id="long long")
     cpdef _arm(self, _Task task, double due)
 
     cpdef add_timer(self, object timer, double due)
@@ -121,13 +122,13 @@ cdef class _Engine:
     cpdef cancel_timer(self, object timer)
 
     @cython.locals(wheel=_CWheel)
-    cpdef _add_at(self, object due, object item)
+    cpdef long long _add_at(self, double due, object item) except -1
 
     @cython.locals(wheel=_CWheel)
-    cpdef _cancel_at(self, object timer_id)
+    cpdef bint _cancel_at(self, long long timer_id) except -1
 
     @cython.locals(wheel=_CWheel)
-    cpdef _move_at(self, object timer_id, object due)
+    cpdef bint _move_at(self, long long timer_id, double due) except -1
 
     @cython.locals(due=double)
     cpdef _rearm_on_grid(self, _Task task, double scheduled_for, double now)
@@ -143,14 +144,14 @@ cdef class Scheduler(_Engine):
     cpdef _schedule_at(self, object when, object fn, object interval, object args, object kwargs, object mode,
                        object missed, object options)
 
-    @cython.locals(task=_Task)
+    @cython.locals(task=_Task, timer_id="long long")
     cdef _add(self, double due, object fn, object interval, object args, object kwargs, object mode,
               object missed, object options, str name)
 
-    @cython.locals(task=_Task)
+    @cython.locals(task=_Task, timer_id="long long")
     cpdef cancel(self, object task_id)
 
-    @cython.locals(task=_Task, due=double, span=double, now=double)
+    @cython.locals(task=_Task, due=double, span=double, now=double, timer_id="long long")
     cpdef reschedule(self, object task_id, object delay)
 
 
