@@ -504,3 +504,32 @@ def test_twins_have_the_same_docstrings(core: ModuleType) -> None:
         ):
             continue
         assert doc(getattr(core.TimerWheel, name)) == doc(member), name
+
+
+MAX_GEN = 1 << 31  # _core_py.MAX_GEN
+
+
+@pytest.mark.parametrize("how", ["cancel", "advance", "clear"])
+def test_an_entry_is_retired_at_its_last_generation_and_ids_fit_63_bits(core: ModuleType, how: str) -> None:
+    """An entry whose generation reaches 2**31 is never handed out again: every id stays below 2**63 (the
+    compiled engine keeps a task's timer id as a C integer), and no id is issued twice."""
+    wheel = core.TimerWheel(0.001)
+    first = wheel.add_at(1.0, "a")
+    assert wheel.cancel(first)
+    wheel._age(0, MAX_GEN - 1)  # entry 0, free: its next timer is of the last generation
+    last = wheel.add_at(1.0, "b")
+    assert last == ((MAX_GEN - 1) << 32) | 0 and last < 2**63
+    if how == "cancel":
+        assert wheel.cancel(last)
+    elif how == "advance":
+        assert wheel.advance(1.0) == [(last, "b")]
+    else:
+        wheel.clear()
+    wheel._check()
+    fresh = wheel.add_at(2.0, "c")
+    assert fresh & 0xFFFFFFFF == 1  # a new entry: entry 0 is retired
+    assert fresh not in (first, last) and last not in wheel and not wheel.cancel(last)
+    assert [wheel.add_at(2.0, i) & 0xFFFFFFFF for i in range(3)] == [2, 3, 4]
+    assert len(wheel) == 4
+    wheel._check()
+    assert wheel.cancel(2**63 + 5) is False and wheel.cancel(-(2**64)) is False  # no id at all

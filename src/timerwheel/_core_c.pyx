@@ -690,6 +690,11 @@ cdef class _Wheel:
         cdef Entry* entry = &self._entries[idx]
         return entry.bucket >> self._bits, entry.bucket & (self._slots - 1), entry.pos
 
+    def _age(self, idx, gen):
+        """Tests only: as _core_py._Wheel._age."""
+        assert idx < self._size and self._entries[idx].bucket == C_FREE and 0 < gen < C_MAX_GEN
+        self._entries[idx].gen = gen
+
     def _check(self):
         """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
         cdef int bucket, level, slot

@@ -558,6 +558,12 @@ class _Wheel:
         bucket = self._entries[idx].bucket
         return bucket >> self._bits, bucket & self._mask, list(self._buckets[bucket]).index(idx)
 
+    def _age(self, idx: int, gen: int) -> None:
+        """Tests only: give the free entry `idx` the generation `gen` (the retirement of MAX_GEN is tested
+        without 2**31 timers)."""
+        assert self._entries[idx].bucket == FREE and 0 < gen < MAX_GEN
+        self._entries[idx].gen = gen
+
     def _check(self) -> None:
         """Check the bookkeeping (index, buckets, bitmaps, bounds, counts, cache); AssertionError if off."""
         seen = 0

@@ -37,12 +37,10 @@ cdef class _Task:
     cdef public object cron
     cdef public object wall
     cdef public long long last_call
-    cdef public long running
+    cdef public int running
     cdef public bint live
     cdef public bint repeat
     cdef public bint overdue
-
-    cpdef _put_back(self, _Engine engine, object timer_id)
 
 
 cdef class Run:
