@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from heapq import heapify, heappop, heappush
-from typing import Any, TypeVar
+from typing import Any
 
 from ._validate import identifier
 from ._validate import seconds as _seconds
@@ -924,14 +924,9 @@ class TimerWheel(_Wheel):
                 return due
 
 
-_T = TypeVar("_T")
-
-
-class TaskTable(dict[int, _T]):
-    """The job engine's tasks by id (ids handed out 1, 2, 3, ...): in Python, a dict, the fastest table
-    there is. The Cython twin keeps recent ids in a list indexed by id, older ones in a dict: a pending
-    task then costs one list slot instead of a dict entry. Both keep what the engine uses of a dict: get,
-    pop, [], del, len, in, values (in id order, as the engine adds ids) and clear.
-    """
-
-    __slots__ = ()
+#: The job engine's tasks by id (ids handed out 1, 2, 3, ...): in Python, the dict itself, the fastest
+#: table there is (a subclass would lose the interpreter's fast paths for dict subscripts). The Cython
+#: twin keeps recent ids in a list indexed by id, older ones in a dict, so that a pending task costs one
+#: list slot instead of a dict entry; it offers what the engine uses of a dict: get, pop, [], del, len,
+#: in, values (in id order) and clear.
+TaskTable = dict

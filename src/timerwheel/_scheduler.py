@@ -767,7 +767,7 @@ class _Engine:
             observer, error_handler, logger or logging.getLogger("timerwheel"), propagate
         )
         self._propagate = propagate
-        self._tasks: TaskTable[_Task] = TaskTable()  # id -> _Task (compiled: mostly a list; see TaskTable)
+        self._tasks: dict[int, _Task] = TaskTable()  # id -> _Task (compiled: mostly a list; see TaskTable)
         self._last_id = 0
         self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
         self._waiting = 0  # runs taken and not started
