@@ -15,7 +15,7 @@ finalizer run then finds the wheel whole and the fired ids stale. advance() cann
 
 cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_CheckExact, PyLong_FromLongLong
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact, PyLong_FromLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.math cimport isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
@@ -692,7 +692,7 @@ cdef class _Wheel:
 
     def _age(self, idx, gen):
         """Tests only: as _core_py._Wheel._age."""
-        assert idx < self._size and self._entries[idx].bucket == C_FREE and 0 < gen < C_MAX_GEN
+        assert 0 <= idx < self._size and self._entries[idx].bucket == C_FREE and 0 < gen < C_MAX_GEN
         self._entries[idx].gen = gen
 
     def _check(self):
@@ -1020,6 +1020,7 @@ cdef class TimerWheel(_Wheel):
 
 cdef enum:
     TABLE_SLACK = 1024      # window slots tolerated beyond the rules below before they act
+cdef long long TABLE_MAX = 1LL << 62   # keys from here on live in the dict: base + index never overflows
 
 
 @cython.final
@@ -1067,7 +1068,7 @@ cdef class TaskTable:
         """key's index in the window, or -1 when it is outside it (a key of any other type: -1 too)."""
         cdef int overflow = 0
         cdef long long v
-        if not PyLong_CheckExact(key):
+        if not PyLong_Check(key):  # (an int subclass too: it hashes and compares as its value)
             return -1
         v = PyLong_AsLongLongAndOverflow(key, &overflow)
         if overflow or v < self._base:
@@ -1100,7 +1101,7 @@ cdef class TaskTable:
             return default
         items[i] = None
         self._live -= 1
-        if i == self._start:  # the front moves past the holes
+        if items[self._start] is None:  # the front moves past the holes
             while self._start < len(items) and items[self._start] is None:
                 self._start += 1
             if self._start > TABLE_SLACK and 2 * self._start > len(items):
@@ -1120,7 +1121,7 @@ cdef class TaskTable:
         if not PyLong_CheckExact(key):
             _py_identifier(key, "task_id")
         v = PyLong_AsLongLongAndOverflow(key, &overflow)
-        if overflow or v < self._base + self._start:  # below the window (or off the scale): the dict
+        if overflow or v >= TABLE_MAX or v < self._base + self._start:  # below the window, or huge: the dict
             self._old[key] = task
             return 0
         v -= self._base
@@ -1157,9 +1158,14 @@ cdef class TaskTable:
         self._live = 0
         return 0
 
+    def _layout(self):
+        """Tests only: (base, front, window length, tasks in the window, tasks in the dict)."""
+        return self._base, self._start, len(self._items), self._live, len(self._old)
+
     cpdef list values(self):
         """Every task, in id order."""
-        cdef list out = [self._old[key] for key in sorted(self._old)]
+        cdef dict old = self._old  # (held: a finalizer that the sort runs may clear the table)
+        cdef list out = [old[key] for key in sorted(old)]
         cdef Py_ssize_t i
         for i in range(self._start, len(self._items)):
             task = self._items[i]
@@ -1173,7 +1179,7 @@ cdef class TaskTable:
         items, old = self._items, self._old
         self._items = fresh_items
         self._old = fresh_old
-        self._base += self._start + len(items)
+        self._base += len(items)
         self._start = 0
         self._live = 0
         del items, old  # (dropped only now: a finalizer that runs here finds the table empty)

@@ -58,6 +58,7 @@ _SKIP_IF_RUNNING = RepeatMode.SKIP_IF_RUNNING
 #: (Slower drift, an NTP slew, is absorbed where it matters: a calendar task never fires before its wall
 #: time, whatever the offset said when it was armed.)
 _WALL_STEP = 0.001
+_MAX_ID = 1 << 63  # timer ids are below this (see TimerStore)
 
 
 class TimerStore(Protocol):
@@ -757,7 +758,7 @@ class _Engine:
         # Python the store's bound methods take their place on the instance (no call in between); the
         # compiled build keeps the methods, which call the Cython wheel, `_wheel`, as C functions.
         self._wheel = store if _COMPILED and type(store) is TimerWheel else None
-        if not _COMPILED:  # (setattr: the compiled build may not even write these names)
+        if not _COMPILED and type(store) is TimerWheel:  # (setattr: the compiled build may not write these)
             setattr(self, "_add_at", store.add_at)  # noqa: B010
             setattr(self, "_cancel_at", store.cancel)  # noqa: B010
             setattr(self, "_move_at", store.reschedule_at)  # noqa: B010
@@ -848,7 +849,14 @@ class _Engine:
         wheel = self._wheel
         if wheel is not None:
             return wheel._add_id(due, item)  # type: ignore[attr-defined, no-any-return]
-        return self._store.add_at(due, item)
+        timer_id = self._store.add_at(due, item)
+        if type(timer_id) is not int or not 0 < timer_id < _MAX_ID:  # (see TimerStore)
+            with contextlib.suppress(Exception):
+                self._store.cancel(timer_id)
+            raise TypeError(
+                f"store: add_at() returned {timer_id!r}, not a timer id (an int from 1 to 2**63 - 1)"
+            )
+        return timer_id
 
     def _cancel_at(self, timer_id: int) -> bool:
         wheel = self._wheel
@@ -1486,9 +1494,6 @@ class Scheduler(_Engine):
         else:
             now = self.now()
         due = now + span
-        if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
-            task.waiting._forget()
-        task.overdue = False
         timer_id = task.timer_id
         try:
             if not timer_id or not self._move_at(timer_id, due):
@@ -1500,6 +1505,9 @@ class Scheduler(_Engine):
                 task.timer_id = timer_id
         except OverflowError as exc:  # raised before anything changed
             raise OverflowError(f"delay is too far ahead: {exc}") from None
+        if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
+            task.waiting._forget()
+        task.overdue = False
         task.due = task.first_due = due
         if task.wall is not None:
             task.wall = due + self._cal.offset

@@ -119,7 +119,7 @@ cdef class _Engine:
 
     cpdef cancel_timer(self, object timer)
 
-    @cython.locals(wheel=_CWheel)
+    @cython.locals(wheel=_CWheel, timer_id=object)
     cpdef long long _add_at(self, double due, object item) except -1
 
     @cython.locals(wheel=_CWheel)
