@@ -14,6 +14,7 @@ Needs valgrind. The figures in docs/performance.md come from it.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -158,6 +159,7 @@ def count(name: str, n: int) -> int:
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dict layouts each run: repeatable counts
     )
     match = re.search(r"refs:\s+([\d,]+)", done.stderr)
     if match is None:

@@ -70,6 +70,22 @@ def test_env_var_selects_python() -> None:
     ]
 
 
+def test_the_pure_engine_needs_no_cython() -> None:
+    """_scheduler.py imports cython only for the compiled build's decorators: where Cython is not
+    installed (a wheel, or the sdist on another interpreter) the pure-Python engine runs without it."""
+    code = (
+        "import sys; sys.modules['cython'] = None\n"  # (an import of it now raises ImportError)
+        "import timerwheel, timerwheel._engine as e\n"
+        "from timerwheel.testing import ManualClock\n"
+        "clock = ManualClock(); s = timerwheel.Scheduler(clock); ran = []\n"
+        "s.schedule(1.0, ran.append, args=(1,)); s.schedule(1.0, ran.append, 2.0, args=(2,))\n"
+        "clock.advance(1.0); s.run_pending(); print(e.ENGINE, ran)"
+    )
+    env = dict(os.environ, TIMERWHEEL_NO_EXTENSIONS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["python", "[1,", "2]"]
+
+
 def test_no_python_wrapper_on_the_hot_path() -> None:
     """wheel.add and friends are the backend's own methods: nothing sits between the user and the C code."""
     if timerwheel.BACKEND == "cython":

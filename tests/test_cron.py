@@ -21,6 +21,7 @@ from timerwheel import (
     Backpressure,
     Cron,
     HeapScheduler,
+    Missed,
     RepeatMode,
     Scheduler,
     ThreadedScheduler,
@@ -553,3 +554,51 @@ def test_bad_time_zones_and_datetimes_are_named() -> None:
     with pytest.raises(ValueError, match="when: its tzinfo gives no UTC offset"):
         s.schedule_wall(datetime(2025, 1, 1, tzinfo=BadTz()), print)
     assert s.stats().pending == 0
+
+
+# -- the shared plan of plain one-shots (issue 13) ------------------------------------------------------
+
+
+def test_one_shots_share_a_plan_that_no_call_changes(make: Callable[..., Any]) -> None:
+    """Plain one-shots share one _Plan (how a task repeats, its wall time). A one-shot made a calendar
+    task, or given a mode of its own, gets its own plan first: the others stay plain monotonic tasks, and
+    a step of the wall clock moves only the calendar task."""
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    s = make(clock)
+    ran: list[tuple[str, float]] = []
+    a = s.schedule(100.0, lambda: ran.append(("a", clock())))
+    b = s.schedule(100.0, lambda: ran.append(("b", clock())))
+    c = s.schedule(5.0, lambda: ran.append(("c", clock())), mode=RepeatMode.FIXED_DELAY)
+    d = s.schedule_wall(1_000_200.0, lambda: ran.append(("d", clock())))
+    shared = getattr(s, "_tasks", {}).get(b)  # (HeapScheduler: the same engine, another store)
+    plan = shared.plan if shared is not None else None
+    before = (
+        None
+        if plan is None
+        else (plan.interval, plan.mode, plan.missed, plan.cron, plan.wall, plan.first_due)
+    )
+    assert s.reschedule(b, 100.0) and s.reschedule(c, 5.0)  # the grid origin: only an own plan's
+    assert s.reschedule_wall(a, 1_000_050.0)
+    s.schedule_cron("*/5 * * * *", lambda: None)
+    clock.advance(5.0)
+    assert s.run_pending() == 1 and ran == [("c", 5.0)]
+    assert s.calendar == 3  # a, d and the cron task; not b
+    clock.set_wall(clock.wall() + 20.0)  # a step: a and d come 20 s sooner, b stays
+    clock.advance(1.0)
+    s.run_pending()
+    assert s.next_fire_time(a) == 30.0 and s.next_fire_time(b) == 100.0 and s.next_fire_time(d) == 180.0
+    for t in (30.0, 100.0):
+        clock.set(t)
+        s.run_pending()
+    assert ran == [("c", 5.0), ("a", 30.0), ("b", 100.0)]
+    if plan is not None:
+        assert (plan.interval, plan.mode, plan.missed, plan.cron, plan.wall, plan.first_due) == before
+        assert (plan.interval, plan.mode, plan.missed, plan.cron, plan.wall, plan.first_due) == (
+            None,
+            RepeatMode.FIXED_RATE,
+            Missed.DELAY,
+            None,
+            None,
+            0.0,
+        )
+        assert s.schedule(1.0, print) and s._tasks[s.schedule(2.0, print)].plan is plan

@@ -26,6 +26,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+try:  # only for the compiled build: @cython.freelist (below) keeps freed records for reuse
+    import cython
+except ImportError:  # no Cython here: the decorators mean nothing to the pure-Python engine
+    from types import SimpleNamespace
+
+    cython = SimpleNamespace(cclass=lambda cls: cls, freelist=lambda n: lambda cls: cls)
+
 from ._clock import Clock, as_clock
 from ._core import TaskTable, TimerWheel
 from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
@@ -54,6 +61,7 @@ _INF = math.inf
 _NAN = math.nan  # compares false with everything: a clock reading that is not a float takes now()
 _FIXED_DELAY = RepeatMode.FIXED_DELAY
 _SKIP_IF_RUNNING = RepeatMode.SKIP_IF_RUNNING
+_FIXED_RATE = RepeatMode.FIXED_RATE
 #: A change of the wall clock against the monotonic one larger than this is a step: calendar tasks move.
 #: (Slower drift, an NTP slew, is absorbed where it matters: a calendar task never fires before its wall
 #: time, whatever the offset said when it was armed.)
@@ -119,56 +127,85 @@ class JobContext:
         return f"JobContext(task_id={self.task_id}, scheduled_for={self.scheduled_for!r})"
 
 
+@cython.freelist(64)
+@cython.cclass
 class _Task:
     """One scheduled task (made by _new_task). `timer_id` is its entry in the store while armed, 0
-    otherwise (the compiled build keeps it as a C integer: no int object per task)."""
+    otherwise (the compiled build keeps it as a C integer: no int object per task). What only recurring
+    and calendar tasks need is in its `plan` (see _Plan)."""
 
     __slots__ = (
         "args",
-        "cron",
         "due",
-        "first_due",
         "fn",
         "id",
-        "interval",
         "kwargs",
         "last_call",
         "live",
-        "missed",
-        "mode",
         "options",
-        "overdue",
+        "plan",
         "repeat",
         "running",
         "timer_id",
         "waiting",
-        "wall",
     )
     # (the fields, for type checkers: _new_task() sets them; the compiled build declares them in C)
     id: int
     fn: Callable[..., Any]
-    interval: float | None
     args: tuple[Any, ...]
     kwargs: dict[str, Any] | None
-    mode: RepeatMode
-    missed: Missed
-    first_due: float
     due: float
     options: RunOptions
+    plan: _Plan
     timer_id: int
     running: int
     waiting: Run | None
     last_call: int
     live: bool
-    cron: Any
-    wall: float | None
     repeat: bool
-    overdue: bool
 
     def _put_back(self, engine: _Engine, timer_id: int) -> None:
         if self.timer_id == timer_id and self.live:  # taken, not run: due again at the next drain(),
             self.timer_id = 0  # in its place among the other items put back
             engine._arm(self, self.due)
+
+
+@cython.cclass
+class _Plan:
+    """How a task repeats, and where it is on the wall clock: a record of its own for recurring and
+    calendar tasks (and one-shots given a mode). Plain one-shots, most tasks, share ONE_SHOT, which is
+    never written to: a task that would change it gets its own first (_own_plan). That keeps a one-shot's
+    record small (docs/performance.md). A one-shot's `missed` is not kept: it never repeats."""
+
+    __slots__ = ("cron", "first_due", "interval", "missed", "mode", "overdue", "wall")
+    interval: float | None
+    mode: RepeatMode
+    missed: Missed
+    first_due: float
+    cron: Any
+    wall: float | None
+    overdue: bool
+
+    def __init__(self, interval: float | None, mode: RepeatMode, missed: Missed, first_due: float) -> None:
+        self.interval = interval
+        self.mode = mode
+        self.missed = missed
+        self.first_due = first_due  # the origin of the Missed.SKIP grid: first_due + k * interval
+        self.cron = None  # a calendar task's Cron (its points are wall-clock times), or None
+        self.wall = None  # a calendar task's due on the wall clock (POSIX seconds), or None
+        self.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
+
+
+_ONE_SHOT = _Plan(None, RepeatMode.FIXED_RATE, Missed.DELAY, 0.0)  # shared, never written to
+
+
+def _own_plan(task: _Task) -> _Plan:
+    """The task's plan, made its own first if it is the shared ONE_SHOT (before any change to it)."""
+    plan = task.plan
+    if plan is _ONE_SHOT:
+        plan = _Plan(None, plan.mode, plan.missed, task.due)
+        task.plan = plan
+    return plan
 
 
 def _new_task(
@@ -187,12 +224,12 @@ def _new_task(
     task = _Task.__new__(_Task)
     task.id = task_id
     task.fn = fn
-    task.interval = interval
     task.args = args
     task.kwargs = kwargs
-    task.mode = mode
-    task.missed = missed
-    task.first_due = due  # the origin of the Missed.SKIP grid: first_due + k * interval
+    if interval is None and mode is _FIXED_RATE:  # (`missed` means nothing to a task that does not repeat)
+        task.plan = _ONE_SHOT
+    else:
+        task.plan = _Plan(interval, mode, missed, due)
     task.due = due  # the due of the armed fire (kept after it is taken, as the run's scheduled_for)
     task.options = options
     task.timer_id = 0
@@ -200,10 +237,7 @@ def _new_task(
     task.waiting = None  # its run taken but not started (waiting for a worker or a slot)
     task.last_call = 0  # the drain() call that last took it: at most one run per call
     task.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
-    task.cron = None  # a calendar task's Cron (its points are wall-clock times), or None
-    task.wall = None  # a calendar task's due on the wall clock (POSIX seconds), or None
     task.repeat = interval is not None  # recurring: an interval, or a Cron
-    task.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
     return task
 
 
@@ -211,6 +245,8 @@ _TAKEN, _STARTED, _DONE, _CANCELLED = 0, 1, 2, 3
 _NOTHING: list[Any] = []  # (never appended to)
 
 
+@cython.freelist(64)
+@cython.cclass
 class Run:
     """One fire of a task (made by _new_run), handed to a driver's execute(): call it, and report how it went.
 
@@ -279,7 +315,7 @@ class Run:
         if not task.repeat and task.live:  # a live task is in the table
             task.live = False
             engine._tasks.pop(task.id, None)  # a one-shot is finished once it starts
-            if task.wall is not None:
+            if task.plan.wall is not None:
                 engine._cal.tasks.discard(task)
         try:
             now = engine._read()
@@ -344,7 +380,7 @@ class Run:
         timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
         if error is not None:
             engine._failed += 1
-        if task.mode is _FIXED_DELAY and task.repeat:
+        if task.repeat and task.plan.mode is _FIXED_DELAY:
             engine._rearm_after(task, finished)
         reports = engine._reports
         if reports.observer is not None:
@@ -353,7 +389,7 @@ class Run:
             )
         if error is not None:
             reports.error(task.id, error)
-        if timed_out or task.interval is not None:
+        if timed_out or task.plan.interval is not None:
             reports.warn(task, finished - self.started_at, timed_out)
 
     def drop(self) -> None:
@@ -370,10 +406,10 @@ class Run:
         if not task.repeat and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
             task.live = False
             del engine._tasks[task.id]
-            if task.wall is not None:
+            if task.plan.wall is not None:
                 engine._cal.tasks.discard(task)
         now = engine._reading(engine._latest)
-        if task.mode is _FIXED_DELAY:
+        if task.plan.mode is _FIXED_DELAY:
             engine._rearm_after(task, now)
         engine._reports.event(task.id, self.scheduled_for, now, now, dropped=True)
         on_drop = task.options.on_drop
@@ -625,8 +661,8 @@ class _Calendar:
         if abs(offset - self.offset) > _WALL_STEP:
             self.offset = offset
             for task in list(self.tasks):
-                if task.timer_id and task.wall is not None:
-                    due = task.wall - offset
+                if task.timer_id and task.plan.wall is not None:
+                    due = task.plan.wall - offset
                     if store.reschedule_at(task.timer_id, due):
                         task.due = due
             for group in list(self.groups):
@@ -678,14 +714,15 @@ class _Reports:
         """A run past its timeout, or longer than half its task's interval."""
         if timed_out:
             self.log(logging.WARNING, "timerwheel: task %d ran %.3f s, past its timeout", task.id, duration)
-        if task.interval is not None and duration > task.interval / 2:
+        interval = task.plan.interval
+        if interval is not None and duration > interval / 2:
             self.log(
                 logging.WARNING,
                 "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
                 "probably the wrong knob",
                 task.id,
                 duration,
-                task.interval,
+                interval,
             )
 
     def event(self, task_id: int, scheduled_for: float, started: float, finished: float, **kind: Any) -> None:
@@ -1013,17 +1050,18 @@ class _Engine:
         """The driver protocol, for run_pending(): nothing to interrupt (runs are inline)."""
 
     def _fire(self, task: _Task, now: float, driver: Driver) -> int:
-        if task.wall is not None:
+        plan = task.plan
+        if plan.wall is not None:
             wall_now = self._cal.now
-            if wall_now < task.wall:  # never before its wall time: wait the rest (the wall clock lagged)
-                self._arm(task, now + (task.wall - wall_now))
+            if wall_now < plan.wall:  # never before its wall time: wait the rest (the wall clock lagged)
+                self._arm(task, now + (plan.wall - wall_now))
                 return 0
         scheduled_for = task.due
         task.last_call = self._calls
-        if task.running and task.mode is _FIXED_DELAY:  # moved by reschedule() meanwhile:
-            task.overdue = True  # it runs when the run in progress finishes, never beside it
-            return 0
-        if task.mode is _SKIP_IF_RUNNING and task.running:
+        if task.running and plan.mode is _FIXED_DELAY:  # moved by reschedule() meanwhile:
+            plan.overdue = True  # it runs when the run in progress finishes, never beside it (own plan:
+            return 0  # the shared one's mode is FIXED_RATE)
+        if task.running and plan.mode is _SKIP_IF_RUNNING:
             self._skipped += 1
             self._rearm_on_grid(task, scheduled_for, now)
             self._reports.event(task.id, scheduled_for, now, now, skipped=True)
@@ -1048,26 +1086,27 @@ class _Engine:
         finally:
             # Rule 2: re-armed once the executor has taken the run (inline: the job returned), unless the
             # job cancelled it or moved it (which armed it); FIXED_DELAY re-arms when the run finishes.
-            if task.repeat and task.mode is not _FIXED_DELAY and not task.timer_id and task.live:
+            if task.repeat and plan.mode is not _FIXED_DELAY and not task.timer_id and task.live:
                 self._rearm_on_grid(task, scheduled_for, now)
         return 1
 
     def _rearm_on_grid(self, task: _Task, scheduled_for: float, now: float) -> None:
-        if task.cron is not None:  # the next point after the one just due, or after now when late
-            self._arm_cron(task, max(task.wall or 0.0, self._cal.now))
+        plan = task.plan
+        if plan.cron is not None:  # the next point after the one just due, or after now when late
+            self._arm_cron(task, max(plan.wall or 0.0, self._cal.now))
             return
-        interval = task.interval
+        interval = plan.interval
         if interval is None:
             return
-        if task.wall is not None:  # an interval task moved to a wall time once: back on the monotonic grid
-            task.wall = None
+        if plan.wall is not None:  # an interval task moved to a wall time once: back on the monotonic grid
+            plan.wall = None
             self._cal.tasks.discard(task)
         due = scheduled_for + interval
         if not due > now:  # late: never replay the missed runs
-            if task.missed is Missed.DELAY:
+            if plan.missed is Missed.DELAY:
                 due = _after(now, interval)
             else:
-                due = _first_grid_point_after(task.first_due, interval, now)
+                due = _first_grid_point_after(plan.first_due, interval, now)
         self._arm(task, due)
 
     def _arm(self, task: _Task, due: float) -> None:
@@ -1096,18 +1135,19 @@ class _Engine:
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
         # Only a live task that nothing armed meanwhile (a reschedule from inside the job arms it itself).
-        overdue, task.overdue = task.overdue, False
+        plan = task.plan  # (its own: a FIXED_DELAY task's)
+        overdue, plan.overdue = plan.overdue, False
         if task.timer_id or not task.live:
             return
         if overdue:  # its rescheduled due passed while the run went on: the next run follows at once
             self._arm(task, finished_at)
-        elif task.cron is not None:
+        elif plan.cron is not None:
             self._arm_cron(task, finished_at + self._cal.offset)
-        elif task.interval is not None:
-            if task.wall is not None:  # (as in _rearm_on_grid)
-                task.wall = None
+        elif plan.interval is not None:
+            if plan.wall is not None:  # (as in _rearm_on_grid)
+                plan.wall = None
                 self._cal.tasks.discard(task)
-            self._arm(task, _after(finished_at, task.interval))
+            self._arm(task, _after(finished_at, plan.interval))
 
     # -- calendar tasks: dues on the wall clock ---------------------------------------------------------
 
@@ -1160,14 +1200,14 @@ class _Engine:
         """Arm a live calendar task (not armed) at the wall time `when`."""
         now = self.now()
         wall_now = self._cal.follow(now, self._store)
-        task.wall = when
+        _own_plan(task).wall = when
         self._arm(task, now if when <= wall_now else now + (when - wall_now))
         if task.live:  # (not if the store could not hold its due: _arm ended it)
             self._cal.tasks.add(task)
 
     def _arm_cron(self, task: _Task, after: float) -> None:
         """Arm a cron task at its first point after the wall time `after`; end it if there is none."""
-        point = task.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
+        point = task.plan.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
         if point is None:  # an expression that matches nothing more: the task is over
             task.live = False
             self._tasks.pop(task.id, None)
@@ -1205,7 +1245,7 @@ class _Engine:
     def pending(self) -> list[TimerInfo]:
         """Every armed task, sorted by next fire time, then id. O(n log n)."""
         infos = [
-            TimerInfo(task.id, task.due, task.interval, task.mode)
+            TimerInfo(task.id, task.due, task.plan.interval, task.plan.mode)
             for task in list(self._tasks.values())
             if task.timer_id
         ]
@@ -1455,7 +1495,7 @@ class Scheduler(_Engine):
         if task is None:
             return False
         task.live = False
-        if task.wall is not None:
+        if task.plan.wall is not None:
             self._cal.tasks.discard(task)
         timer_id = task.timer_id
         task.timer_id = 0
@@ -1507,10 +1547,13 @@ class Scheduler(_Engine):
             raise OverflowError(f"delay is too far ahead: {exc}") from None
         if not task.repeat and task.waiting is not None:  # a one-shot's waiting run is superseded
             task.waiting._forget()
-        task.overdue = False
-        task.due = task.first_due = due
-        if task.wall is not None:
-            task.wall = due + self._cal.offset
+        task.due = due
+        plan = task.plan
+        if plan is not _ONE_SHOT:  # (the shared plan of plain one-shots is never written to)
+            plan.overdue = False
+            plan.first_due = due
+            if plan.wall is not None:
+                plan.wall = due + self._cal.offset
         if due < self._wake_below and not self._draining:
             self._wake(due)
         return True
@@ -1559,7 +1602,7 @@ class Scheduler(_Engine):
         delay = max(0.0, wall - self._cal.follow(now, self._store))
         if not self.reschedule(task_id, delay):
             return False
-        task.wall = wall
+        _own_plan(task).wall = wall
         self._cal.tasks.add(task)
         return True
 
@@ -1605,7 +1648,7 @@ class Scheduler(_Engine):
     def _make_calendar(self, task_id: int, wall: float, cron: Any) -> None:
         """A task just added (armed at now, a placeholder): make it a calendar task armed at `wall`."""
         task = self._tasks[task_id]
-        task.cron = cron
+        _own_plan(task).cron = cron
         task.repeat = cron is not None
         timer_id, task.timer_id = task.timer_id, 0
         if timer_id:

@@ -10,7 +10,7 @@ from timerwheel._core_c cimport TimerWheel as _CWheel
 
 cdef double _INF, _NAN
 cdef bint _COMPILED
-cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _NO_OPTIONS
+cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _FIXED_RATE, _NO_OPTIONS
 
 
 cdef class JobContext:
@@ -21,6 +21,16 @@ cdef class JobContext:
     cdef public object timeout
 
 
+cdef class _Plan:
+    cdef public object interval
+    cdef public object mode
+    cdef public object missed
+    cdef public double first_due
+    cdef public object cron
+    cdef public object wall
+    cdef public bint overdue
+
+
 cdef class _Task:
     cdef public object fn
     cdef public tuple args
@@ -28,19 +38,20 @@ cdef class _Task:
     cdef public object id
     cdef public long long timer_id
     cdef public double due
-    cdef public double first_due
-    cdef public object interval
-    cdef public object mode
-    cdef public object missed
     cdef public object options
     cdef public object waiting
-    cdef public object cron
-    cdef public object wall
+    cdef public _Plan plan
     cdef public long long last_call
     cdef public int running
-    cdef public bint live
-    cdef public bint repeat
-    cdef public bint overdue
+    cdef public unsigned char live  # (bint is a C int: these pack beside `running` in 8 bytes)
+    cdef public unsigned char repeat
+
+
+cdef _Plan _ONE_SHOT
+
+
+@cython.locals(plan=_Plan)
+cdef _Plan _own_plan(_Task task)
 
 
 cdef class Run:
@@ -107,7 +118,7 @@ cdef class _Engine:
 
     cpdef execute(self, Run run)
 
-    @cython.locals(run=Run, scheduled_for=double)
+    @cython.locals(run=Run, scheduled_for=double, plan=_Plan)
     cpdef int _fire(self, _Task task, double now, object driver) except -1
 
     @cython.locals(timer_id="long long")
@@ -128,9 +139,10 @@ cdef class _Engine:
     @cython.locals(wheel=_CWheel)
     cpdef bint _move_at(self, long long timer_id, double due) except -1
 
-    @cython.locals(due=double)
+    @cython.locals(due=double, plan=_Plan)
     cpdef _rearm_on_grid(self, _Task task, double scheduled_for, double now)
 
+    @cython.locals(plan=_Plan)
     cpdef _rearm_after(self, _Task task, double finished_at)
 
 
@@ -149,7 +161,7 @@ cdef class Scheduler(_Engine):
     @cython.locals(task=_Task, timer_id="long long")
     cpdef cancel(self, object task_id)
 
-    @cython.locals(task=_Task, due=double, span=double, now=double, timer_id="long long")
+    @cython.locals(task=_Task, due=double, span=double, now=double, timer_id="long long", plan=_Plan)
     cpdef reschedule(self, object task_id, object delay)
 
 
