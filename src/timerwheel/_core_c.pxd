@@ -80,6 +80,7 @@ cdef class _Wheel:
     cdef int64_t _add_id(self, double due, object item) except -1
     @cython.final
     cdef bint _cancel_id(self, int64_t timer_id) except -1
+    cdef bint _cancel_idx(self, int64_t idx) except -1
     @cython.final
     cdef bint _move_id(self, int64_t timer_id, double due) except -1
     @cython.final

@@ -422,7 +422,11 @@ cdef class _Wheel:
     @cython.final
     cdef bint _cancel_id(self, int64_t timer_id) except -1:
         """cancel() of a C id."""
-        cdef int64_t idx = self._lookup_id(timer_id)
+        return self._cancel_idx(self._lookup_id(timer_id))
+
+    @cython.final
+    cdef inline bint _cancel_idx(self, int64_t idx) except -1:
+        """Remove the pending timer at pool index idx (-1: none, False). What cancel() and _cancel_id share."""
         if idx < 0:
             return False
         if self._min_valid and self._entries[idx].due <= self._min_due:
@@ -878,14 +882,7 @@ cdef class TimerWheel(_Wheel):
         Raises:
             TypeError: timer_id is not an int.
 """
-        cdef int64_t idx = self._lookup(timer_id)
-        if idx < 0:
-            return False
-        if self._min_valid and self._entries[idx].due <= self._min_due:
-            self._min_valid = False
-        self._unlink(<uint32_t>idx)
-        self._release(<uint32_t>idx)
-        return True
+        return self._cancel_idx(self._lookup(timer_id))
 
     def reschedule(self, timer_id, delay):
         """Move a pending timer to now + `delay`, keeping its id. O(1); the keep-alive operation.
