@@ -1600,10 +1600,12 @@ class Scheduler(_Engine):
             return False
         now = self.now()
         delay = max(0.0, wall - self._cal.follow(now, self._store))
+        plan = _own_plan(task)  # before the move: it allocates, and a finalizer may cancel the task
         if not self.reschedule(task_id, delay):
             return False
-        _own_plan(task).wall = wall
-        self._cal.tasks.add(task)
+        plan.wall = wall
+        if task.live:  # (not if something that reschedule() called, a finalizer or a clock, cancelled it)
+            self._cal.tasks.add(task)
         return True
 
     def schedule_cron(
