@@ -8,6 +8,7 @@ down). Processes are real where a crash is the point: a child is SIGKILLed mid-r
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -363,22 +364,48 @@ def test_recover_skip_records_an_interrupted_fire_as_failed(path: Path, tmp_path
 # -- ownership -------------------------------------------------------------------------------------------
 
 
-def test_one_owner_per_file(path: Path, clock: ManualClock) -> None:
-    store = SQLiteStore(path)
-    with pytest.raises(StoreError, match=f"{path.name}.* owned by another store.*PostgresStore"):
-        SQLiteStore(path)
-    other = subprocess.run(
+def second_process_opens(path: Path) -> subprocess.CompletedProcess[str]:
+    """Another process makes a SQLiteStore on the file."""
+    return subprocess.run(
         [sys.executable, "-c", f"from timerwheel import SQLiteStore; SQLiteStore({str(path)!r})"],
         capture_output=True,
         text=True,
         timeout=GENEROUS,
     )
+
+
+def test_one_owner_per_file(path: Path, clock: ManualClock) -> None:
+    store = SQLiteStore(path)
+    assert Path(f"{path}-owner").exists() or sys.platform == "win32"  # the owner lock file
+    with pytest.raises(StoreError, match=f"{path.name}.* owned by another store.*PostgresStore"):
+        SQLiteStore(path)
+    other = second_process_opens(path)
     assert other.returncode != 0 and "owned by another store" in other.stderr
     keyed = KeyedScheduler(Scheduler(clock), every, print, store=store)
     with pytest.raises(ValueError, match="in use by another KeyedScheduler"):
         KeyedScheduler(Scheduler(clock), every, print, store=store)
     keyed.close()
     SQLiteStore(path).close()  # released
+
+
+def test_the_owner_keeps_the_file_when_it_copies_or_opens_it(
+    path: Path, tmp_path: Path, clock: ManualClock
+) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    shutil.copy(path, tmp_path / "backup.db")  # the owner process opens and closes the file...
+    with open(path, "rb") as f:  # ...and again
+        f.read(16)
+    with pytest.raises(StoreError, match=f"{path.name}.* owned by another store"):
+        SQLiteStore(path)
+    other = second_process_opens(path)
+    assert other.returncode != 0 and "owned by another store" in other.stderr, other.stderr
+    life.keyed.upsert("b", {"every": 10})
+    life.keyed.close()
+    again = Life(path, clock)
+    assert set(again.keyed.snapshot()) == {"a", "b"}
+    again.keyed.close()
 
 
 # -- bad input -------------------------------------------------------------------------------------------

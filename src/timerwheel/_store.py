@@ -14,12 +14,17 @@ writes commits before it returns.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple, Protocol
+
+if sys.platform != "win32":
+    import fcntl
 
 __all__ = ["FinishedFire", "KeyStore", "MemoryStore", "SQLiteStore", "StoreError", "StoredFire", "StoredKey"]
 
@@ -179,6 +184,62 @@ def decode_key(text: str) -> Hashable:
     return json.loads(text)  # type: ignore[no-any-return]
 
 
+# -- one owner per file -----------------------------------------------------------------------------------
+
+
+if sys.platform == "win32":
+
+    def _lock_owner(path: str, name: str) -> int | None:
+        """Windows: no lock file. SQLite's own lock there (LockFileEx, locking_mode=EXCLUSIVE) belongs to
+        the handle that took it, and no other open or close of the file in the process releases it."""
+        return None
+
+    def _unlock_owner(fd: int | None) -> None:
+        """Nothing to release (see _lock_owner)."""
+
+else:
+
+    def _lock_owner(path: str, name: str) -> int | None:
+        """Lock `path + "-owner"` (created if missing) with flock, for the store's life; StoreError if
+        another store holds it, in this process or another.
+
+        SQLite's own lock is a POSIX (fcntl) lock, which the kernel drops as soon as the owning process
+        closes any descriptor of the file (a shutil.copy of it, an open()): it cannot say who owns the
+        file. A flock lock belongs to its open file description: only this descriptor's close (or the
+        process's end) releases it, and a second descriptor, in this process too, is refused."""
+        lock_path = path + "-owner"
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)  # (not inherited by an exec)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.exists(lock_path):
+                raise StoreError(f"cannot open the {name}: {exc.strerror}: {lock_path!r}") from None
+            fd = os.open(lock_path, os.O_RDONLY)  # (a lock file made by another user: flock needs no write)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)  # (another descriptor of the lock file: the owner's lock stays)
+            if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise StoreError(_owned_message(name)) from None
+            raise StoreError(f"cannot lock the owner lock file {lock_path!r} of the {name}: {exc}") from None
+        return fd
+
+    def _unlock_owner(fd: int | None) -> None:
+        """Release the owner lock (explicitly: a copy of the descriptor that a child process inherited
+        must not keep the file owned), and close it."""
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+
+def _owned_message(name: str) -> str:
+    return (
+        f"the {name} is owned by another store (in this process or another): one process owns a SQLite "
+        "file; to share a schedule between processes, use PostgresStore"
+    )
+
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS timerwheel_keys (
@@ -224,9 +285,10 @@ class SQLiteStore:
     integrity; `synchronous="FULL"` makes every commit survive a power loss too, at the cost of an fsync
     per commit.
 
-    One process owns the file: the store takes an exclusive lock on it when it is made and keeps it until
-    close(), so a second SQLiteStore on the same file (in this process or another) is refused with
-    StoreError. To share one schedule between processes, use PostgresStore.
+    One process owns the file: the store locks `path + "-owner"` (a lock file beside it, with flock;
+    never delete it) when it is made and keeps the lock until close(), so a second SQLiteStore on the same
+    file (in this process or another) is refused with StoreError. To share one schedule between
+    processes, use PostgresStore.
 
     Args:
         path: the database file (created if missing; its directory must exist).
@@ -259,33 +321,37 @@ class SQLiteStore:
         self._lock = threading.RLock()  # (a finalizer that calls back in nests: see _transaction)
         self._depth = 0
         self._db: sqlite3.Connection | None = None
+        self._owner_fd: int | None = None
+        if os.path.isdir(self.path):
+            raise StoreError(f"cannot open the {self.name}: it is a directory")
+        self._owner_fd = _lock_owner(self.path, self.name)  # (before SQLite opens the file: see _lock_owner)
+        try:
+            self._db = self._open(synchronous.upper())
+        except BaseException:
+            _unlock_owner(self._owner_fd)
+            self._owner_fd = None
+            raise
+
+    def _open(self, synchronous: str) -> sqlite3.Connection:
+        """Connect, check the file, then set it up (WAL, the schema). A file refused is left as it was."""
         try:
             db = sqlite3.connect(self.path, timeout=0.0, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open the {self.name}: {exc}") from None
         try:
+            # SQLite's exclusive locking mode stays: with it no other SQLite program can use the file while
+            # the store has it (as long as the process keeps SQLite's POSIX lock: see _lock_owner), and the
+            # WAL index lives in the process's memory (no -shm file).
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
             # Look before touching: a file of another application, or of a newer schema, is refused and
             # left exactly as it was (nothing written, its journal mode unchanged).
             db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
-            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "timerwheel_meta" not in tables:
-                raise StoreError(
-                    f"the {self.name} is a database of another application (it has tables, none of "
-                    "timerwheel's): give timerwheel a file of its own"
-                )
-            if tables:
-                row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
-                if row is not None and row[0] != str(SCHEMA_VERSION):
-                    raise StoreError(
-                        f"the {self.name} has timerwheel schema version {row[0]}; this version of "
-                        f"timerwheel reads version {SCHEMA_VERSION}"
-                    )
+            self._check(db)
             db.execute("COMMIT")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"the {self.name} cannot use a WAL journal (journal_mode is {mode!r})")
-            db.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            db.execute(f"PRAGMA synchronous={synchronous}")
             db.execute("BEGIN EXCLUSIVE")
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
@@ -294,17 +360,29 @@ class SQLiteStore:
             db.execute("COMMIT")
         except BaseException as exc:
             db.close()
-            if isinstance(exc, StoreError):
-                raise
             if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise StoreError(
-                    f"the {self.name} is owned by another store (in this process or another): one process "
-                    "owns a SQLite file; to share a schedule between processes, use PostgresStore"
-                ) from None
+                raise StoreError(_owned_message(self.name)) from None
             if isinstance(exc, sqlite3.DatabaseError):
                 raise StoreError(f"the {self.name} is not a usable SQLite database: {exc}") from None
             raise
-        self._db = db
+        return db
+
+    def _check(self, db: sqlite3.Connection) -> None:
+        """The file is empty, or a timerwheel store of this schema version: StoreError otherwise."""
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "timerwheel_meta" not in tables:
+            raise StoreError(
+                f"the {self.name} is a database of another application (it has tables, none of "
+                "timerwheel's): give timerwheel a file of its own"
+            )
+        if not tables:
+            return
+        row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
+        if row is not None and row[0] != str(SCHEMA_VERSION):
+            raise StoreError(
+                f"the {self.name} has timerwheel schema version {row[0]}; this version of "
+                f"timerwheel reads version {SCHEMA_VERSION}"
+            )
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -469,5 +547,8 @@ class SQLiteStore:
         """Release the file (idempotent): another store may own it from now on."""
         with self._lock:
             db, self._db = self._db, None
-        if db is not None:
-            db.close()
+        if db is None:
+            return
+        db.close()
+        fd, self._owner_fd = self._owner_fd, None
+        _unlock_owner(fd)
