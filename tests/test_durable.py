@@ -1,13 +1,16 @@
 """Durable keys on SQLite: what survives a close and a crash, the catch-up table, recovery of interrupted
-runs, ownership of the file, and bad input.
+runs, ownership of the file (and what a forked child inherits), and bad input.
 
 Time comes from a ManualClock (the wall clock is moved while the scheduler is closed: the process was
-down). Processes are real where a crash is the point: a child is SIGKILLed mid-run.
+down). Processes are real where a crash, a fork or a second process is the point: they run in child
+processes of the test, synchronised by pipes, never by sleeping.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import signal
 import sqlite3
@@ -406,6 +409,50 @@ def test_the_owner_keeps_the_file_when_it_copies_or_opens_it(
     again = Life(path, clock)
     assert set(again.keyed.snapshot()) == {"a", "b"}
     again.keyed.close()
+
+
+# -- a forked child that inherited the store ------------------------------------------------------------
+
+FORK_CHILD = Path(__file__).with_name("_sqlite_fork.py")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork() on this platform")
+@pytest.mark.parametrize("how", ["return", "exit", "exec", "killed", "use"])
+def test_a_forked_child_that_inherited_the_store_costs_its_owner_nothing(path: Path, how: str) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, str(FORK_CHILD), str(path), how],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdin is not None and owner.stdout is not None and owner.stderr is not None
+    try:
+        assert select.select([owner.stdout], [], [], GENEROUS)[0], "the owner did not report its fork"
+        line = owner.stdout.readline()
+        assert line, owner.stderr.read()
+        report = json.loads(line)
+        assert report["wal_kept"], "the child's end unlinked the WAL file its parent writes to"
+        if how == "use":  # (an upsert of a KeyedScheduler on the store, and a call of the store's)
+            inherited = f"the SQLite file {str(path)!r} was inherited through fork: a child process cannot"
+            assert [error[: len(inherited)] for error in report["child"].splitlines()] == [inherited] * 2
+        # the child has ended: the owner, alive between its upserts, still owns the file
+        with pytest.raises(StoreError, match="owned by another store"):
+            SQLiteStore(path)
+        owner.stdin.write("go\n")
+        owner.stdin.flush()
+        owner.wait(GENEROUS)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+    assert owner.returncode == -signal.SIGKILL, owner.stderr.read()
+    store = SQLiteStore(path)  # a new process (this one) finds every upsert that returned
+    rows, _ = store.load()
+    keys = {row.key for row in rows}
+    assert keys == {f"{when}-{i}" for when in ("before", "after") for i in range(100)}
+    assert store.integrity() == "ok"
+    store.close()
 
 
 # -- bad input -------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import os
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Hashable, Iterable
 from typing import Any, NamedTuple, Protocol
 
@@ -184,7 +185,7 @@ def decode_key(text: str) -> Hashable:
     return json.loads(text)  # type: ignore[no-any-return]
 
 
-# -- one owner per file -----------------------------------------------------------------------------------
+# -- one owner per file, and what a forked child inherits -------------------------------------------------
 
 
 if sys.platform == "win32":
@@ -224,8 +225,8 @@ else:
         return fd
 
     def _unlock_owner(fd: int | None) -> None:
-        """Release the owner lock (explicitly: a copy of the descriptor that a child process inherited
-        must not keep the file owned), and close it."""
+        """Release the owner lock (explicitly: a copy of the descriptor that a child made without the
+        at-fork hook still holds must not keep the file owned), and close it."""
         if fd is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -238,6 +239,35 @@ def _owned_message(name: str) -> str:
         f"the {name} is owned by another store (in this process or another): one process owns a SQLite "
         "file; to share a schedule between processes, use PostgresStore"
     )
+
+
+_live: weakref.WeakSet[SQLiteStore] = weakref.WeakSet()  # the stores made in this process
+_kept: list[sqlite3.Connection] = []  # connections a forked child inherited (see _keep_forever)
+
+
+def _keep_forever(db: sqlite3.Connection) -> None:
+    """Never close `db`, not even at exit: a connection inherited through fork must not be closed. (Its
+    close would checkpoint the parent's WAL into the file and unlink it, and the parent would go on
+    committing into an unlinked file.) A module's list is not enough: at exit the interpreter clears
+    module dicts and the Connection's finalizer closes it; a reference nobody holds is."""
+    _kept.append(db)
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(db))
+    except (ImportError, AttributeError):  # (no ctypes: the list keeps it while the child runs)
+        pass
+
+
+def _after_fork_in_child() -> None:
+    """os.fork() in a process with open stores: in the child, each becomes unusable (StoreError saying it
+    was inherited) without closing anything the parent uses, whether the child exits, execs or crashes."""
+    for store in list(_live):
+        store._inherited_by_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 _SCHEMA = """
@@ -288,7 +318,8 @@ class SQLiteStore:
     One process owns the file: the store locks `path + "-owner"` (a lock file beside it, with flock;
     never delete it) when it is made and keeps the lock until close(), so a second SQLiteStore on the same
     file (in this process or another) is refused with StoreError. To share one schedule between
-    processes, use PostgresStore.
+    processes, use PostgresStore. A child process that inherits the store through os.fork() never touches
+    the file (whether it exits, execs or crashes); in the child, the store raises StoreError.
 
     Args:
         path: the database file (created if missing; its directory must exist).
@@ -322,8 +353,11 @@ class SQLiteStore:
         self._depth = 0
         self._db: sqlite3.Connection | None = None
         self._owner_fd: int | None = None
+        self._pid = os.getpid()
+        self._inherited = False
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
+        _live.add(self)  # (first: a fork from another thread from now on closes the child's copy of the lock)
         self._owner_fd = _lock_owner(self.path, self.name)  # (before SQLite opens the file: see _lock_owner)
         try:
             self._db = self._open(synchronous.upper())
@@ -388,9 +422,34 @@ class SQLiteStore:
         return f"SQLiteStore({self.path!r})"
 
     def _conn(self) -> sqlite3.Connection:
+        if self._pid != os.getpid() and not self._inherited:
+            self._inherited_by_fork()  # (a fork that ran no at-fork hook: a C library's)
         if self._db is None:
+            if self._inherited:
+                raise StoreError(
+                    f"the {self.name} was inherited through fork: a child process cannot use its parent's "
+                    "store (one process owns the file; to share a schedule between processes, use "
+                    "PostgresStore)"
+                )
             raise StoreError(f"the {self.name} is closed")
         return self._db
+
+    def _inherited_by_fork(self) -> None:
+        """In a child process: the store is unusable from now on, and nothing of it is ever closed or
+        released here (the parent owns the file). Takes no lock: a thread of the parent may have held it
+        at the fork, and no thread of the parent runs in the child."""
+        self._inherited = True
+        self._lock = threading.RLock()
+        self._depth = 0
+        db, self._db = self._db, None
+        if db is not None:
+            _keep_forever(db)
+        fd, self._owner_fd = self._owner_fd, None
+        if fd is not None:
+            # The child's copy of the descriptor: closing it leaves the parent's flock lock held (the lock
+            # belongs to the open file description, which the parent's descriptor keeps), and a child
+            # that lives on does not keep the file owned once the parent is gone. (Never LOCK_UN here.)
+            os.close(fd)
 
     def _transaction(self, work: Any) -> Any:
         """`work(db)` in one transaction. A call nested in another on the same thread (a finalizer that
@@ -544,7 +603,10 @@ class SQLiteStore:
             return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
-        """Release the file (idempotent): another store may own it from now on."""
+        """Release the file (idempotent): another store may own it from now on. (In a child process that
+        inherited the store through fork: nothing to release, the parent owns it.)"""
+        if self._pid != os.getpid() and not self._inherited:
+            self._inherited_by_fork()  # (before the lock, which a thread of the parent may have held)
         with self._lock:
             db, self._db = self._db, None
         if db is None:
