@@ -1,5 +1,6 @@
 """Durable keys on SQLite: what survives a close and a crash, the catch-up table, recovery of interrupted
-runs, ownership of the file (and what a forked child inherits), and bad input.
+runs, ownership of the file (and what a forked child inherits), bad input, and content the store
+cannot read.
 
 Time comes from a ManualClock (the wall clock is moved while the scheduler is closed: the process was
 down). Processes are real where a crash, a fork or a second process is the point: they run in child
@@ -8,6 +9,7 @@ processes of the test, synchronised by pipes, never by sleeping.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -508,6 +510,186 @@ def test_paths_that_are_not_stores(tmp_path: Path) -> None:
         SQLiteStore(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="synchronous must be"):
         SQLiteStore(tmp_path / "x.db", synchronous="OFF")
+
+
+# -- content the store cannot read -----------------------------------------------------------------------
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def a_store_with_rows(path: Path, clock: ManualClock, keys: int = 1) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    for i in range(keys):
+        life.keyed.upsert(f"key-{i}", {"every": 10, "pad": "x" * 200})
+    life.advance(10)  # (a fire of each, finished: rows in timerwheel_fires too)
+    life.keyed.close()
+
+
+def opened_and_loaded(path: Path, clock: ManualClock) -> None:
+    """What a program does: a store on the file, a KeyedScheduler on it (which loads every row)."""
+    store = SQLiteStore(path)
+    try:
+        KeyedScheduler(Scheduler(clock), every, print, store=store)
+    finally:
+        store.close()
+
+
+GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None)  # a key's row
+AT = 1_736_165_000_000_000
+FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
+
+
+@pytest.mark.parametrize(
+    ("table", "values", "words"),
+    [
+        pytest.param(
+            "keys", ("not json", *GOOD[1:]), "'not json'.* not the JSON of a str or an int", id="key"
+        ),
+        pytest.param("keys", ("[1]", *GOOD[1:]), r"'\[1\]'.* not the JSON of a str or an int", id="key-list"),
+        pytest.param("keys", ("true", *GOOD[1:]), "'true'.* not the JSON of a str or an int", id="key-bool"),
+        pytest.param("keys", ('"\\u0061"', *GOOD[1:]), "u0061.* as timerwheel writes it", id="key-spelling"),
+        pytest.param("keys", (b"bad", *GOOD[1:]), "b'bad'.* the key is bytes", id="key-blob"),
+        pytest.param("keys", (GOOD[0], '{"every": ', *GOOD[2:]), "bad.* its data is not JSON", id="data"),
+        pytest.param(
+            "keys", (GOOD[0], '{"a":NaN}', *GOOD[2:]), "bad.* its data is not JSON .NaN", id="data-nan"
+        ),
+        pytest.param("keys", (GOOD[0], b"{}", *GOOD[2:]), "bad.* its data is bytes", id="data-blob"),
+        pytest.param(
+            "keys", (*GOOD[:2], -1, *GOOD[3:]), "bad.* its generation is -1, not an int >= 0", id="gen"
+        ),
+        pytest.param("keys", (*GOOD[:2], 1.5, *GOOD[3:]), "bad.* its generation is 1.5", id="gen-real"),
+        pytest.param("keys", (*GOOD[:3], "sleeping", *GOOD[4:]), "bad.* its state is 'sleeping'", id="state"),
+        pytest.param(
+            "keys", (*GOOD[:4], FAR, *GOOD[5:]), f"bad.* its next_run_at is {FAR}, not an int from", id="next"
+        ),
+        pytest.param(
+            "keys", (*GOOD[:4], -FAR, *GOOD[5:]), f"bad.* its next_run_at is {-FAR}", id="next-past"
+        ),
+        pytest.param(
+            "keys", (*GOOD[:4], "soon", *GOOD[5:]), "bad.* its next_run_at is 'soon'", id="next-text"
+        ),
+        pytest.param("keys", (*GOOD[:5], FAR, None), f"bad.* its last_scheduled_for is {FAR}", id="last"),
+        pytest.param("keys", (*GOOD[:6], b"\x00"), "bad.* its last_error is bytes", id="error-blob"),
+        pytest.param("fires", ("nope", 1, AT, 0, None, None, 1), "'nope'.* timerwheel_fires", id="fire-key"),
+        pytest.param(
+            "fires", (GOOD[0], -2, AT, 0, None, None, 1), "bad.* its generation is -2", id="fire-gen"
+        ),
+        pytest.param(
+            "fires", (GOOD[0], 1, FAR, 0, None, None, 1), f"bad.* its scheduled_for is {FAR}", id="fire-at"
+        ),
+        pytest.param(
+            "fires", (GOOD[0], 1, AT, 0, None, None, 0), "bad.* its attempts is 0", id="fire-attempts"
+        ),
+    ],
+)
+def test_a_row_it_cannot_read_is_a_store_error_naming_the_file_and_the_row(
+    path: Path, clock: ManualClock, table: str, values: tuple[Any, ...], words: str
+) -> None:
+    a_store_with_rows(path, clock)
+    db = sqlite3.connect(path)  # (what another program, or a damaged disk, may leave)
+    db.execute(f"INSERT INTO timerwheel_{table} VALUES ({', '.join('?' * len(values))})", values)
+    db.commit()
+    db.close()
+    before = digest(path)
+    with pytest.raises(StoreError, match=f"{path.name}.* cannot read.*{words}") as info:
+        opened_and_loaded(path, clock)
+    assert str(path) in str(info.value)
+    assert digest(path) == before  # nothing written
+
+
+def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) -> None:
+    a_store_with_rows(path, clock)
+    db = sqlite3.connect(path)
+    for state in KeyState:
+        db.execute(
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL)",
+            (f'"{state.value}"', state.value),
+        )
+    db.commit()
+    db.close()
+    keyed = KeyedScheduler(Scheduler(clock), every, print, store=SQLiteStore(path))
+    states = {key: info.state for key, info in keyed.snapshot().items() if key != "key-0"}
+    assert states == {state.value: state for state in KeyState}
+    keyed.close()
+
+
+@pytest.mark.parametrize("table", ["timerwheel_keys", "timerwheel_fires"])
+def test_a_damaged_page_is_a_store_error_naming_the_file_and_nothing_is_written(
+    path: Path, clock: ManualClock, table: str
+) -> None:
+    a_store_with_rows(path, clock, keys=300)  # (some pages of each table)
+    db = sqlite3.connect(path)
+    ((root,),) = db.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))
+    ((size,),) = db.execute("PRAGMA page_size")
+    db.close()
+    with open(path, "r+b") as f:  # the table's root page overwritten with junk
+        f.seek((root - 1) * size)
+        f.write(bytes(range(256)) * (size // 256))
+    before = digest(path)
+    with pytest.raises(StoreError, match=f"{path.name}.* is damaged: "):
+        opened_and_loaded(path, clock)
+    assert digest(path) == before
+
+
+def test_a_write_the_file_cannot_take_is_a_store_error_and_changes_nothing(
+    path: Path, clock: ManualClock
+) -> None:
+    store = SQLiteStore(path)
+    keyed = KeyedScheduler(Scheduler(clock), every, print, store=store)
+    keyed.start()
+    keyed.upsert("a", {"every": 10})
+    db = store._conn()  # (a full disk, as SQLite reports it: the file may not grow by a page)
+    ((pages,),) = db.execute("PRAGMA page_count")
+    db.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StoreError, match=f"{path.name}.* cannot grow: database or disk is full"):
+        keyed.upsert("b", {"every": 10, "pad": "x" * 100_000})
+    with pytest.raises(StoreError, match=f"{path.name}.* cannot grow"):
+        keyed.replace_all({"c": {"every": 10, "pad": "y" * 100_000}})
+    assert set(keyed.snapshot()) == {"a"}
+    keyed.close()
+    again = Life(path, clock)
+    assert set(again.keyed.snapshot()) == {"a"}
+    again.keyed.close()
+
+
+READ_ONLY_CHILD = Path(__file__).with_name("_sqlite_readonly.py")
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="the permissions of a directory do not stop writes on Windows"
+)
+@pytest.mark.parametrize("what", ["file", "directory"])
+def test_a_read_only_file_or_directory_is_a_store_error_saying_read_only(
+    tmp_path: Path, clock: ManualClock, what: str
+) -> None:
+    directory = tmp_path / "stores"
+    directory.mkdir()
+    path = directory / "keys.db"
+    a_store_with_rows(path, clock)
+    before, names = digest(path), sorted(os.listdir(directory))
+    target = path if what == "file" else directory
+    mode = target.stat().st_mode
+    target.chmod(0o444 if what == "file" else 0o555)
+    try:  # (a child process: as root it gives up what lets root write anyway, see _sqlite_readonly.py)
+        child = subprocess.run(
+            [sys.executable, str(READ_ONLY_CHILD), str(path)],
+            capture_output=True,
+            text=True,
+            timeout=GENEROUS,
+        )
+    finally:
+        target.chmod(mode)
+    if child.returncode == 2:
+        pytest.skip(child.stdout.strip())
+    assert child.returncode == 0, child.stderr
+    expected = "the file is read-only" if what == "file" else f"its directory {str(directory)!r} is read-only"
+    assert child.stdout.startswith(f"StoreError: the SQLite file {str(path)!r} is read-only: {expected}"), (
+        child.stdout
+    )
+    assert digest(path) == before and sorted(os.listdir(directory)) == names
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Hashable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 if sys.platform != "win32":
@@ -33,7 +34,8 @@ SCHEMA_VERSION = 1
 
 
 class StoreError(RuntimeError):
-    """A store that cannot be used: another owner has it, or it is not a timerwheel store."""
+    """A store that cannot be used: another owner has it, it is not a timerwheel store, it has content
+    this timerwheel cannot read, it is read-only, or it failed (its message names the file)."""
 
 
 class StoredKey(NamedTuple):
@@ -185,7 +187,98 @@ def decode_key(text: str) -> Hashable:
     return json.loads(text)  # type: ignore[no-any-return]
 
 
+# -- reading a file's rows: every value checked as it is loaded --------------------------------------------
+
+_STATES = frozenset(("pending", "running", "disabled", "invalid"))  # KeyState's values (tests pin them)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The times a stored key may have: what a UTC datetime can show, a day inside its limits (the keyed
+# layer's _MIN_POSIX and _MAX_POSIX), in the microseconds a store keeps: exact integers.
+_MIN_US = (datetime.min.replace(tzinfo=UTC) + timedelta(days=1) - _EPOCH) // timedelta(microseconds=1)
+_MAX_US = (datetime.max.replace(tzinfo=UTC) - timedelta(days=1) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON = json.JSONDecoder(parse_constant=_no_constant)  # strict: what the keyed layer writes (allow_nan=False)
+
+
+def _stored_key(text: Any) -> Hashable:
+    """A stored key decoded. ValueError unless it is the JSON that encode_key writes for a str or an int
+    (so that no two rows are one key)."""
+    if type(text) is not str:
+        raise ValueError(f"the key is {type(text).__name__}, not text")
+    try:
+        key = _JSON.raw_decode(text)[0]
+        if encode_key(key) == text:  # (which also refuses anything after the JSON)
+            return key  # type: ignore[no-any-return]
+    except (TypeError, ValueError, RecursionError):
+        pass
+    raise ValueError("the key is not the JSON of a str or an int as timerwheel writes it")
+
+
+def _check_int(what: str, value: Any, low: int, high: int | None = None) -> None:
+    if type(value) is not int or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"from {low} to {high} (a time a UTC datetime can show)"
+        raise ValueError(f"its {what} is {value!r}, not an int {bounds}")
+
+
+def _check_time(what: str, value: Any) -> None:
+    if value is not None and not (type(value) is int and _MIN_US <= value <= _MAX_US):
+        _check_int(what, value, _MIN_US, _MAX_US)
+
+
+def _key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> StoredKey:
+    """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
+    key = _stored_key(k)
+    if type(d) is not str:
+        raise ValueError(f"its data is {type(d).__name__}, not JSON text")
+    try:
+        whole = _JSON.raw_decode(d)[1] == len(d)  # (what the keyed layer writes: JSON, no whitespace)
+    except (ValueError, RecursionError):
+        whole = False
+    if not whole:
+        try:
+            _JSON.decode(d)  # (JSON with whitespace around it; or the error that says what is wrong)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"its data is not JSON ({exc})") from None
+    if type(g) is not int or g < 0:
+        _check_int("generation", g, 0)
+    if s not in _STATES:
+        raise ValueError(f"its state is {s!r}, not one of {', '.join(sorted(_STATES))}")
+    _check_time("next_run_at", n)
+    _check_time("last_scheduled_for", last)
+    if e is not None and type(e) is not str:
+        raise ValueError(f"its last_error is {type(e).__name__}, not text or NULL")
+    return StoredKey(key, d, g, s, n, last, e)
+
+
+def _fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:
+    """A row of timerwheel_fires (unfinished), checked as _key_row checks a key's."""
+    key = _stored_key(k)
+    _check_int("generation", g, 0)
+    _check_int("scheduled_for", at, _MIN_US, _MAX_US)
+    _check_int("attempts", attempts, 1)
+    return StoredFire(key, g, at, attempts)
+
+
 # -- one owner per file, and what a forked child inherits -------------------------------------------------
+
+
+def _read_only(path: str) -> str | None:
+    """Why the store could not write its file or create the files beside it, or None. (access() with the
+    effective ids: a process with privileges to write anyway is told it may.)"""
+    effective = os.access in os.supports_effective_ids
+    if os.path.exists(path) and not os.access(path, os.W_OK, effective_ids=effective):
+        return "the file is read-only (its permissions, or its file system)"
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(directory) and not os.access(directory, os.W_OK, effective_ids=effective):
+        return (
+            f"its directory {directory!r} is read-only, and a store creates files beside its file "
+            "(the -wal journal and the -owner lock)"
+        )
+    return None
 
 
 if sys.platform == "win32":
@@ -306,6 +399,43 @@ _FINISH = (
 )
 
 
+def _sqlite_error(name: str, exc: sqlite3.Error, opening: bool = False) -> StoreError:
+    """An error of SQLite as the StoreError that says what it means for the file `name`."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # (the primary result code)
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in str(exc):
+        return StoreError(_owned_message(name))
+    if code == sqlite3.SQLITE_READONLY:
+        return StoreError(f"the {name} is read-only ({exc}); a store writes to its file")
+    if code == sqlite3.SQLITE_CORRUPT:
+        return StoreError(f"the {name} is damaged: {exc}")
+    if code == sqlite3.SQLITE_FULL:
+        return StoreError(f"the {name} cannot grow: {exc}; nothing was written")
+    if opening or code == sqlite3.SQLITE_NOTADB:
+        return StoreError(f"the {name} is not a usable SQLite database: {exc}")
+    return StoreError(f"the {name} failed: {exc}; nothing was written")
+
+
+def _unreadable(name: str, table: str, key: Any, exc: ValueError) -> StoreError:
+    return StoreError(
+        f"the {name} has a row that this timerwheel cannot read (nothing was written): the row of key "
+        f"{key!r} in {table}: {exc}"
+    )
+
+
+def _rollback(db: sqlite3.Connection, nested: bool) -> None:
+    """Undo the transaction (or the savepoint). One that SQLite rolled back already (a full disk, an I/O
+    error may) leaves nothing to undo: that is not a second error."""
+    try:
+        if nested:
+            db.execute("ROLLBACK TO timerwheel_nested")
+            db.execute("RELEASE timerwheel_nested")
+        elif db.in_transaction:
+            db.execute("ROLLBACK")
+    except sqlite3.Error:
+        if db.in_transaction and not nested:
+            raise
+
+
 class SQLiteStore:
     """Durable keys in one SQLite file, with the standard library's sqlite3 (WAL journal).
 
@@ -321,6 +451,10 @@ class SQLiteStore:
     processes, use PostgresStore. A child process that inherits the store through os.fork() never touches
     the file (whether it exits, execs or crashes); in the child, the store raises StoreError.
 
+    Every row is checked as it is loaded, and the file's pages when it is opened: content this timerwheel
+    cannot read is a StoreError naming the file (and the row), raised before anything is written. Every
+    error of SQLite is a StoreError naming the file, and the transaction it ended changed nothing.
+
     Args:
         path: the database file (created if missing; its directory must exist).
         synchronous: "NORMAL" (default) or "FULL" (power-loss durability).
@@ -328,9 +462,10 @@ class SQLiteStore:
     Raises:
         TypeError: path is not a str or os.PathLike (of str); synchronous is not a str.
         ValueError: synchronous is neither "NORMAL" nor "FULL"; path is "" or ":memory:" (not durable).
-        StoreError: the file cannot be opened, is not an SQLite database, is the database of another
-            application (tables and none of timerwheel's) or a timerwheel store of a version this one
-            does not read (such files are left as they were), or another store owns it.
+        StoreError: the file cannot be opened, is read-only (or its directory is), is not an SQLite
+            database, is damaged, is the database of another application (tables and none of
+            timerwheel's) or a timerwheel store of a version this one does not read (such files are left
+            as they were), or another store owns it.
     """
 
     durable = True
@@ -357,6 +492,9 @@ class SQLiteStore:
         self._inherited = False
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
+        why = _read_only(self.path)
+        if why is not None:
+            raise StoreError(f"the {self.name} is read-only: {why}; a store writes to its file")
         _live.add(self)  # (first: a fork from another thread from now on closes the child's copy of the lock)
         self._owner_fd = _lock_owner(self.path, self.name)  # (before SQLite opens the file: see _lock_owner)
         try:
@@ -377,8 +515,8 @@ class SQLiteStore:
             # the store has it (as long as the process keeps SQLite's POSIX lock: see _lock_owner), and the
             # WAL index lives in the process's memory (no -shm file).
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            # Look before touching: a file of another application, or of a newer schema, is refused and
-            # left exactly as it was (nothing written, its journal mode unchanged).
+            # Look before touching: a file of another application, of a newer schema, or damaged, is
+            # refused and left exactly as it was (nothing written, its journal mode unchanged).
             db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
             self._check(db)
             db.execute("COMMIT")
@@ -394,15 +532,13 @@ class SQLiteStore:
             db.execute("COMMIT")
         except BaseException as exc:
             db.close()
-            if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
-                raise StoreError(_owned_message(self.name)) from None
-            if isinstance(exc, sqlite3.DatabaseError):
-                raise StoreError(f"the {self.name} is not a usable SQLite database: {exc}") from None
+            if isinstance(exc, sqlite3.Error):
+                raise _sqlite_error(self.name, exc, opening=True) from None
             raise
         return db
 
     def _check(self, db: sqlite3.Connection) -> None:
-        """The file is empty, or a timerwheel store of this schema version: StoreError otherwise."""
+        """The file is empty, or a sound timerwheel store of this schema version: StoreError otherwise."""
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "timerwheel_meta" not in tables:
             raise StoreError(
@@ -417,6 +553,12 @@ class SQLiteStore:
                 f"the {self.name} has timerwheel schema version {row[0]}; this version of "
                 f"timerwheel reads version {SCHEMA_VERSION}"
             )
+        # Every page read once (some 20 ms for 10**5 keys): a damaged page anywhere is found now, not by a
+        # fire's write some day later.
+        problems = [r[0] for r in db.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise StoreError(f"the {self.name} is damaged: {problems[0]}{more}")
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -454,50 +596,74 @@ class SQLiteStore:
     def _transaction(self, work: Any) -> Any:
         """`work(db)` in one transaction. A call nested in another on the same thread (a finalizer that
         the garbage collector ran during a write, calling back in) joins the outer transaction as a
-        savepoint: it commits with it."""
+        savepoint: it commits with it. An error of SQLite is a StoreError, and the transaction changed
+        nothing."""
         with self._lock:
             db = self._conn()
             nested = self._depth > 0
-            db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
-            self._depth += 1
             try:
-                result = work(db)
-            except BaseException:
+                db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
+                self._depth += 1
+                try:
+                    result = work(db)
+                except BaseException:
+                    self._depth -= 1
+                    _rollback(db, nested)
+                    raise
                 self._depth -= 1
-                db.execute("ROLLBACK TO timerwheel_nested" if nested else "ROLLBACK")
-                if nested:
-                    db.execute("RELEASE timerwheel_nested")
-                raise
-            self._depth -= 1
-            db.execute("RELEASE timerwheel_nested" if nested else "COMMIT")
+                db.execute("RELEASE timerwheel_nested" if nested else "COMMIT")
+            except sqlite3.Error as exc:
+                if not nested and db.in_transaction:  # (a COMMIT that failed)
+                    _rollback(db, nested)
+                raise _sqlite_error(self.name, exc) from None
             return result
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Every stored key (rows read as they are consumed: 10**5 keys need no list of 10**5 rows), and
-        the fires started and never finished."""
+        the fires started and never finished. Every row is checked: StoreError naming the file and the row
+        for one this timerwheel cannot read."""
         with self._lock:
-            fires = [
-                StoredFire(decode_key(k), g, at, n)
-                for k, g, at, n in self._conn().execute(
-                    "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
-                    "WHERE finished_at IS NULL ORDER BY key, scheduled_for"
+            try:
+                raw = (
+                    self._conn()
+                    .execute(
+                        "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
+                        "WHERE finished_at IS NULL ORDER BY key, scheduled_for"
+                    )
+                    .fetchall()
                 )
-            ]
+            except sqlite3.Error as exc:
+                raise _sqlite_error(self.name, exc) from None
+        fires = []
+        for k, g, at, n in raw:
+            try:
+                fires.append(_fire_row(k, g, at, n))
+            except ValueError as exc:
+                raise _unreadable(self.name, "timerwheel_fires", k, exc) from None
         return self._keys(), fires
 
     def _keys(self) -> Iterable[StoredKey]:
         with self._lock:
-            cursor = self._conn().execute(
-                "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
-                "FROM timerwheel_keys"
-            )
+            try:
+                cursor = self._conn().execute(
+                    "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
+                    "FROM timerwheel_keys"
+                )
+            except sqlite3.Error as exc:
+                raise _sqlite_error(self.name, exc) from None
         while True:
             with self._lock:  # (per batch, not across the yields: a consumer that stops may close)
-                rows = cursor.fetchmany(1000)
+                try:
+                    rows = cursor.fetchmany(1000)
+                except sqlite3.Error as exc:
+                    raise _sqlite_error(self.name, exc) from None
             if not rows:
                 return
-            for k, d, g, s, n, last, e in rows:
-                yield StoredKey(decode_key(k), d, g, s, n, last, e)
+            for row in rows:
+                try:
+                    yield _key_row(*row)
+                except ValueError as exc:
+                    raise _unreadable(self.name, "timerwheel_keys", row[0], exc) from None
 
     @staticmethod
     def _row(row: StoredKey) -> tuple[Any, ...]:
@@ -600,7 +766,10 @@ class SQLiteStore:
     def integrity(self) -> str:
         """PRAGMA integrity_check's answer ("ok" for a sound file)."""
         with self._lock:
-            return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+            try:
+                return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+            except sqlite3.Error as exc:
+                raise _sqlite_error(self.name, exc) from None
 
     def close(self) -> None:
         """Release the file (idempotent): another store may own it from now on. (In a child process that
@@ -611,6 +780,9 @@ class SQLiteStore:
             db, self._db = self._db, None
         if db is None:
             return
-        db.close()
+        try:
+            db.close()
+        except sqlite3.Error as exc:  # (the file may be in use still: the owner lock stays until exit)
+            raise _sqlite_error(self.name, exc) from None
         fd, self._owner_fd = self._owner_fd, None
         _unlock_owner(fd)
