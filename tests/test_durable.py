@@ -1,6 +1,6 @@
 """Durable keys on SQLite: what survives a close and a crash, the catch-up table, recovery of interrupted
-runs, ownership of the file (and what a forked child inherits), bad input, and content the store
-cannot read.
+runs, ownership of the file (and what a forked child inherits), generations, bad input, and content the
+store cannot read.
 
 Time comes from a ManualClock (the wall clock is moved while the scheduler is closed: the process was
 down). Processes are real where a crash, a fork or a second process is the point: they run in child
@@ -39,6 +39,7 @@ from timerwheel import (
     StoreError,
     ThreadedScheduler,
 )
+from timerwheel._store import StoredKey
 from timerwheel.testing import ManualClock, wait_until_idle
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC).timestamp()
@@ -457,6 +458,45 @@ def test_a_forked_child_that_inherited_the_store_costs_its_owner_nothing(path: P
     store.close()
 
 
+# -- generations never go back -------------------------------------------------------------------------
+
+
+def row(key: Any, generation: int) -> StoredKey:
+    return StoredKey(key, "{}", generation, "pending", None, None, None)
+
+
+def test_a_key_deleted_and_stored_again_gets_a_generation_above_the_deleted_one(path: Path) -> None:
+    store = SQLiteStore(path)
+    assert [store.put(row("a", g)) for g in (1, 2, 3)] == [1, 2, 3]
+    assert store.put(row("kept", 1)) == 1
+    assert store.delete("a")
+    assert store.put(row("a", 1)) == 4  # above the 3 deleted
+    assert store.put(row("new", 1)) == 4  # any key stored anew
+    assert store.put(row("kept", 2)) == 2  # a stored key keeps the generation it is given
+    assert store.put(row("a", 9)) == 9
+    assert store.delete("a") and not store.delete("a")
+    store.close()
+    store = SQLiteStore(path)  # the floor is in the file
+    assert store.put(row("a", 1)) == 10
+    rows, _ = store.load()
+    assert {r.key: r.generation for r in rows} == {"a": 10, "kept": 2, "new": 4}
+    store.close()
+
+
+def test_replace_that_removes_a_key_puts_it_back_above_its_generation(path: Path) -> None:
+    store = SQLiteStore(path)
+    assert store.replace([row("a", 5), row("b", 1)], []) == [5, 1]
+    assert store.replace([row("b", 2)], ["a"]) == [2]  # removes a (generation 5)
+    assert store.replace([row("a", 1), row("c", 1), row("b", 3)], []) == [6, 6, 3]
+    assert store.replace([row("a", 1)], ["a"]) == [7]  # removed and put back by one call
+    store.close()
+    store = SQLiteStore(path)
+    assert store.replace([row("a", 1)], ["a"]) == [8]
+    rows, _ = store.load()
+    assert {r.key: r.generation for r in rows} == {"a": 8, "b": 3, "c": 6}
+    store.close()
+
+
 # -- bad input -------------------------------------------------------------------------------------------
 
 
@@ -583,6 +623,7 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param(
             "fires", (GOOD[0], 1, AT, 0, None, None, 0), "bad.* its attempts is 0", id="fire-attempts"
         ),
+        pytest.param("meta", ("generation_floor", "-3"), "generation_floor.* timerwheel_meta", id="floor"),
     ],
 )
 def test_a_row_it_cannot_read_is_a_store_error_naming_the_file_and_the_row(

@@ -9,7 +9,8 @@ scheduled time is an exact key. Nothing executable is ever stored: next_run and 
 the KeyedScheduler.
 
 The KeyStore protocol below is what a KeyedScheduler calls, always under its lock; every method that
-writes commits before it returns.
+writes commits before it returns. A key's generation never goes back: a key stored anew after a delete
+gets a generation above the one deleted (see KeyStore.put).
 """
 
 from __future__ import annotations
@@ -82,12 +83,16 @@ class KeyStore(Protocol):
 
     def put(self, row: StoredKey) -> int:
         """A user's change of a key (upsert): insert or replace its row (committed). Returns the
-        generation stored: row.generation, or (a shared store) one above any other process stored."""
+        generation stored: row.generation for a key that is stored; for a key that is not, at least one
+        above the highest generation ever deleted from the store (a key's generation never goes back,
+        across delete() and replace()); for a shared store, one above any other process stored. The
+        caller adopts the generation returned."""
         ...
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
-        """replace_all(): put every row and delete every removed key (None: every key not in rows), in
-        one transaction. Returns the generations stored, in the order of rows."""
+        """replace_all(): delete every removed key (None: every key not in rows) and put every row, in
+        one transaction. Returns the generations stored, in the order of rows, each as put() would (a
+        key removed by this call and in rows gets a generation above the one removed)."""
         ...
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
@@ -96,7 +101,8 @@ class KeyStore(Protocol):
         ...
 
     def delete(self, key: Hashable) -> bool:
-        """Delete a key and its fires (committed). True if it was stored."""
+        """Delete a key and its fires (committed), keeping its generation as a floor for the generations
+        of keys stored anew (see put). True if it was stored."""
         ...
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
@@ -263,6 +269,16 @@ def _fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:
     return StoredFire(key, g, at, attempts)
 
 
+def _floor_value(row: tuple[Any, ...] | None) -> int:
+    """The generation floor as stored in timerwheel_meta (no row: 0)."""
+    if row is None:
+        return 0
+    value = row[0]
+    if type(value) is str and value.isascii() and value.isdigit():
+        return int(value)
+    raise ValueError(f"its value is {value!r}, not a generation (the digits of an int >= 0)")
+
+
 # -- one owner per file, and what a forked child inherits -------------------------------------------------
 
 
@@ -398,6 +414,8 @@ _FINISH = (
     "WHERE key = ? AND generation = ? AND scheduled_for = ?"
 )
 
+_FLOOR = "SELECT value FROM timerwheel_meta WHERE name = 'generation_floor'"
+
 
 def _sqlite_error(name: str, exc: sqlite3.Error, opening: bool = False) -> StoreError:
     """An error of SQLite as the StoreError that says what it means for the file `name`."""
@@ -434,6 +452,19 @@ def _rollback(db: sqlite3.Connection, nested: bool) -> None:
     except sqlite3.Error:
         if db.in_transaction and not nested:
             raise
+
+
+def _above_floor(db: sqlite3.Connection, values: list[tuple[Any, ...]], floor: int) -> list[tuple[Any, ...]]:
+    """The rows (encoded) as they are to be stored: a key that is not stored, with a generation not above
+    the floor, gets one above it. (A row above the floor stays as it is, stored or not: no look-up.)"""
+    if all(v[2] > floor for v in values):
+        return values
+    return [
+        (*v[:2], floor + 1, *v[3:])
+        if v[2] <= floor and not db.execute("SELECT 1 FROM timerwheel_keys WHERE key = ?", (v[0],)).fetchone()
+        else v
+        for v in values
+    ]
 
 
 class SQLiteStore:
@@ -490,6 +521,7 @@ class SQLiteStore:
         self._owner_fd: int | None = None
         self._pid = os.getpid()
         self._inherited = False
+        self._floor = 0  # the highest generation ever deleted from the file (see put)
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
         why = _read_only(self.path)
@@ -515,8 +547,9 @@ class SQLiteStore:
             # the store has it (as long as the process keeps SQLite's POSIX lock: see _lock_owner), and the
             # WAL index lives in the process's memory (no -shm file).
             db.execute("PRAGMA locking_mode=EXCLUSIVE")
-            # Look before touching: a file of another application, of a newer schema, or damaged, is
-            # refused and left exactly as it was (nothing written, its journal mode unchanged).
+            # Look before touching: a file of another application, of a newer schema, damaged, or with a
+            # generation floor this one cannot read, is refused and left exactly as it was (nothing
+            # written, its journal mode unchanged).
             db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
             self._check(db)
             db.execute("COMMIT")
@@ -559,6 +592,10 @@ class SQLiteStore:
         if problems != ["ok"]:
             more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
             raise StoreError(f"the {self.name} is damaged: {problems[0]}{more}")
+        try:
+            self._floor = _floor_value(db.execute(_FLOOR).fetchone())
+        except ValueError as exc:
+            raise _unreadable(self.name, "timerwheel_meta", "generation_floor", exc) from None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -669,11 +706,31 @@ class SQLiteStore:
     def _row(row: StoredKey) -> tuple[Any, ...]:
         return (encode_key(row.key), *row[1:])
 
+    def _delete(self, db: sqlite3.Connection, keys: list[str]) -> tuple[int, int]:
+        """Delete the keys and their fires, and raise the floor to their generations: (how many keys were
+        stored, the floor)."""
+        deleted = []
+        for k in keys:
+            found = db.execute("SELECT generation FROM timerwheel_keys WHERE key = ?", (k,)).fetchone()
+            if found is not None:
+                deleted.append(found[0])
+        db.executemany("DELETE FROM timerwheel_keys WHERE key = ?", [(k,) for k in keys])
+        db.executemany("DELETE FROM timerwheel_fires WHERE key = ?", [(k,) for k in keys])
+        floor = max(deleted, default=self._floor)
+        if floor > self._floor:
+            db.execute("INSERT OR REPLACE INTO timerwheel_meta VALUES ('generation_floor', ?)", (str(floor),))
+        return len(deleted), max(floor, self._floor)
+
     def put(self, row: StoredKey) -> int:
-        """Insert or replace a key's row (committed); returns row.generation."""
+        """Insert or replace a key's row (committed); returns the generation stored (see KeyStore.put)."""
         values = self._row(row)
-        self._transaction(lambda db: db.execute(_PUT, values))
-        return row.generation
+
+        def work(db: sqlite3.Connection) -> int:
+            (stored,) = _above_floor(db, [values], self._floor)
+            db.execute(_PUT, stored)
+            return int(stored[2])
+
+        return int(self._transaction(work))
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
         """Insert or replace every row and mark every fire of `finished` finished, in one transaction."""
@@ -687,30 +744,29 @@ class SQLiteStore:
         self._transaction(work)
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
-        """Put every row and delete every removed key, in one transaction (see KeyStore)."""
+        """Delete every removed key and put every row, in one transaction (see KeyStore)."""
         values = [self._row(row) for row in rows]
         if removed is None:
             raise ValueError("removed: a SQLiteStore needs the keys to delete")
-        gone = [(encode_key(key),) for key in removed]
+        gone = [encode_key(key) for key in removed]
 
-        def work(db: sqlite3.Connection) -> None:
-            db.executemany("DELETE FROM timerwheel_keys WHERE key = ?", gone)
-            db.executemany("DELETE FROM timerwheel_fires WHERE key = ?", gone)
-            db.executemany(_PUT, values)
+        def work(db: sqlite3.Connection) -> tuple[list[int], int]:
+            floor = self._delete(db, gone)[1] if gone else self._floor
+            stored = _above_floor(db, values, floor)
+            db.executemany(_PUT, stored)
+            return [int(v[2]) for v in stored], floor
 
-        self._transaction(work)
-        return [row.generation for row in rows]
+        generations, floor = self._transaction(work)
+        self._floor = max(self._floor, floor)  # (a finalizer's call nested in the work may have raised it)
+        return list(generations)
 
     def delete(self, key: Hashable) -> bool:
-        """Delete a key and its fires (committed). True if it was stored."""
+        """Delete a key and its fires, raising the generation floor to its generation (committed). True if
+        it was stored."""
         k = encode_key(key)
-
-        def work(db: sqlite3.Connection) -> bool:
-            gone = db.execute("DELETE FROM timerwheel_keys WHERE key = ?", (k,)).rowcount
-            db.execute("DELETE FROM timerwheel_fires WHERE key = ?", (k,))
-            return bool(gone)
-
-        return bool(self._transaction(work))
+        gone, floor = self._transaction(lambda db: self._delete(db, [k]))
+        self._floor = max(self._floor, floor)
+        return bool(gone)
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
         """Record the fire as started and write the key's row, in one transaction (see KeyStore). The
