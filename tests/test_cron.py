@@ -1,5 +1,8 @@
 """Cron schedules and the wall clock: the DST table, a simulated year fired exactly at cronsim's points on
-every store, wall-clock steps either way, late points, and the three schedulers' schedule_cron().
+every store, wall-clock steps either way, late points, and the three schedulers' schedule_cron(). A
+Cron's points are one fixed set of instants: next_after(dt) is the least of them after dt at every
+change of offset of many zones, 2020-2030, and a run that ends (or a schedule made) inside a repeated
+hour runs no point twice, on every scheduler and under KeyedScheduler.
 
 Time comes from a ManualClock (its wall() moves with it; set_wall() steps it alone) or a VirtualTimeLoop.
 The expected points of the DST table are written out by hand (local time and UTC), not taken from
@@ -11,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -189,13 +192,52 @@ DST_TABLE: list[tuple[str, str, datetime, list[tuple[str, str]]]] = [
             ("02:00+1030", "2024-04-06 15:30"),
         ],
     ),
+    # From inside the second copy of a repeated hour: a fixed-time point there was at its first occurrence,
+    # so the next is the next day's; an elapsed-time schedule goes on in the second copy
+    (
+        "Europe/Berlin",
+        "45 2 * * *",
+        utc(2024, 10, 27, 1, 40),  # 02:40+0100
+        [("02:45+0100", "2024-10-28 01:45")],
+    ),
+    (
+        "Europe/Berlin",
+        "*/30 * * * *",
+        utc(2025, 10, 26, 1, 10),  # 02:10+0100
+        [("02:30+0100", "2025-10-26 01:30"), ("03:00+0100", "2025-10-26 02:00")],
+    ),
+    (
+        "America/New_York",
+        "30 1 * * *",
+        utc(2024, 11, 3, 6, 10),  # 01:10-0500
+        [("01:30-0500", "2024-11-04 06:30")],
+    ),
+    (
+        "Australia/Lord_Howe",
+        "45 1 * * *",
+        utc(2024, 4, 6, 15, 10),  # 01:40+1030
+        [("01:45+1030", "2024-04-07 15:15")],
+    ),
+    # Elapsed time in zones that change by 30 or 45 minutes: every matching local time that exists
+    (
+        "Australia/Lord_Howe",
+        "*/30 2 * * *",
+        utc(2024, 4, 6, 14),
+        [("02:00+1030", "2024-04-06 15:30"), ("02:30+1030", "2024-04-06 16:00")],
+    ),
+    (
+        "Pacific/Chatham",  # 2024-09-29 02:45 -> 03:45 (+12:45 -> +13:45)
+        "0 */2 * * *",
+        utc(2024, 9, 28, 14),
+        [("04:00+1345", "2024-09-28 14:15"), ("06:00+1345", "2024-09-28 16:15")],
+    ),
 ]
 
 
 @pytest.mark.parametrize(
     ("zone", "expr", "after", "points"),
     DST_TABLE,
-    ids=[f"{zone}-{expr}-{after:%Y-%m-%d}" for zone, expr, after, _ in DST_TABLE],
+    ids=[f"{zone}-{expr}-{after:%Y-%m-%dT%H:%M}" for zone, expr, after, _ in DST_TABLE],
 )
 def test_the_dst_table(zone: str, expr: str, after: datetime, points: list[tuple[str, str]]) -> None:
     cron = Cron(expr, zone)
@@ -602,3 +644,306 @@ def test_one_shots_share_a_plan_that_no_call_changes(make: Callable[..., Any]) -
             0.0,
         )
         assert s.schedule(1.0, print) and s._tasks[s.schedule(2.0, print)].plan is plan
+
+
+# -- the repeated hour: one fixed set of points, whenever one asks ------------------------------------
+
+
+def test_next_after_in_the_second_copy_of_a_repeated_hour_is_after_it() -> None:
+    """02:40 CET is in the second copy of Europe/Berlin's 02:00-03:00 on 2024-10-27. A daily 02:45 had its
+    point at the first 02:45 (CEST), an hour before: the next point is the next day's. (It gave that
+    first 02:45: a point before dt.)"""
+    cron = Cron("45 2 * * *", "Europe/Berlin")
+    dt = utc(2024, 10, 27, 1, 40)
+    nxt = cron.next_after(dt)
+    assert nxt is not None and nxt > dt
+    assert nxt == utc(2024, 10, 28, 1, 45) and nxt.strftime("%H:%M%z") == "02:45+0100"
+    in_zone = dt.astimezone(cron.tz)  # the same instant in the Cron's own zone (fold=1)
+    assert in_zone.fold == 1 and cron.next_after(in_zone) == nxt
+    # a schedule that follows elapsed time goes on in the second copy
+    quarter = Cron("*/15 * * * *", "Europe/Berlin").next_after(dt)
+    assert quarter is not None and quarter.astimezone(UTC) == utc(2024, 10, 27, 1, 45)
+    assert quarter.strftime("%H:%M%z") == "02:45+0100"
+
+
+def test_next_after_is_after_dt_with_a_tzinfo_that_ignores_fold() -> None:
+    """A tzinfo from before PEP 495 reads a repeated local time as one offset only: from dt in the second
+    copy the first point found maps back before dt; next_after steps past it."""
+
+    class NoFold(tzinfo):
+        """Europe/Berlin around its 2024 autumn change; 02:00-03:00 local is always the first copy."""
+
+        def utcoffset(self, dt: datetime | None) -> timedelta:
+            summer = dt is None or dt.replace(tzinfo=None) < datetime(2024, 10, 27, 3)
+            return timedelta(hours=2 if summer else 1)
+
+        def dst(self, dt: datetime | None) -> timedelta:
+            return self.utcoffset(dt) - timedelta(hours=1)
+
+        def fromutc(self, dt: datetime) -> datetime:
+            at = dt.replace(tzinfo=None)
+            return (at + timedelta(hours=2 if at < datetime(2024, 10, 27, 1) else 1)).replace(tzinfo=self)
+
+    cron = Cron("45 2 * * *", NoFold())
+    nxt = cron.next_after(utc(2024, 10, 27, 1, 40))  # 02:40, the second copy; 02:45 reads as 00:45 UTC
+    assert nxt is not None and nxt.astimezone(UTC) == utc(2024, 10, 28, 1, 45)
+
+
+def test_next_after_within_a_day_of_the_ends_of_datetimes_range() -> None:
+    for zone in ("UTC", "Europe/Berlin"):
+        cron = Cron("30 2 * * *", zone)
+        late = cron.next_after(utc(9999, 12, 30, 12))
+        assert late is not None and late.isoformat()[:16] == "9999-12-31T02:30"
+        early = cron.next_after(utc(1, 1, 1))
+        assert early is not None and early.isoformat()[:16] == "0001-01-01T02:30"
+
+
+# Zones whose clocks change, 2020-2030, in the ways there are: by an hour at 01:00, 02:00 or 03:00, north
+# and south; at midnight (Santiago, Asuncion, Havana, Beirut, Cairo); by 30 or 45 minutes (Lord_Howe,
+# Chatham); by two hours (Troll); with negative DST (Dublin); in a half-hour zone (St_Johns); and changes
+# that stopped (Tehran after 2022, Asuncion after 2024).
+CHANGING_ZONES = [
+    "Europe/Berlin",
+    "Europe/London",
+    "Europe/Dublin",
+    "America/New_York",
+    "America/St_Johns",
+    "America/Havana",
+    "America/Santiago",
+    "America/Asuncion",
+    "Asia/Beirut",
+    "Africa/Cairo",
+    "Asia/Tehran",
+    "Australia/Sydney",
+    "Australia/Lord_Howe",
+    "Pacific/Auckland",
+    "Pacific/Chatham",
+    "Antarctica/Troll",
+]
+
+# (expression, fixed-time, whether a local (hour, minute) matches): every zone's changed hour has points
+QUARTERS_FIXED = ("0,15,30,45 0-23 * * *", True, lambda hour, minute: minute % 15 == 0)
+QUARTERS_ELAPSED = ("*/15 * * * *", False, lambda hour, minute: minute % 15 == 0)
+EVEN_HOURS_ELAPSED = ("*/20 */2 * * *", False, lambda hour, minute: hour % 2 == 0 and minute % 20 == 0)
+
+
+def offset_changes(zone: str, first_year: int, last_year: int) -> list[tuple[datetime, timedelta]]:
+    """Every change of the zone's UTC offset in those years: (its instant, the new offset minus the old)."""
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(zone)
+    changes: list[tuple[datetime, timedelta]] = []
+    at, end = utc(first_year, 1, 1), utc(last_year + 1, 1, 1)
+    before = at.astimezone(tz).utcoffset()
+    while at < end:  # (in 6 hours there is at most one change, in any zone)
+        after = (at + timedelta(hours=6)).astimezone(tz).utcoffset()
+        if after != before:
+            lo, hi = 0, 6 * 3600  # seconds after `at`: the offset is `before` at lo, `after` at hi
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (
+                    (mid, hi)
+                    if (at + timedelta(seconds=mid)).astimezone(tz).utcoffset() == before
+                    else (lo, mid)
+                )
+            changes.append((at + timedelta(seconds=hi), after - before))  # type: ignore[operator]
+            before = after
+        at += timedelta(hours=6)
+    return changes
+
+
+def documented_points(
+    tz: Any, fixed: bool, matches: Callable[[int, int], bool], start: datetime, end: datetime
+) -> list[datetime]:
+    """The points in [start, end] by the documented rules, worked out minute by minute (not by Cron).
+
+    Elapsed time: every instant whose local time matches. Fixed-time: every matching local time once, at
+    its first occurrence; one that does not exist at the first whole minute after it that does."""
+    minute = timedelta(minutes=1)
+    if not fixed:
+        return [
+            t
+            for t in (start + i * minute for i in range(int((end - start) / minute) + 1))
+            if matches(t.astimezone(tz).hour, t.astimezone(tz).minute)
+        ]
+
+    def exists(wall: datetime) -> bool:
+        aware = wall.replace(tzinfo=tz)
+        return aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == wall
+
+    points = set()
+    wall = start.astimezone(tz).replace(tzinfo=None)
+    while wall <= end.astimezone(tz).replace(tzinfo=None):
+        if matches(wall.hour, wall.minute):
+            at = wall
+            while not exists(at):
+                at += minute
+            point = at.replace(tzinfo=tz).astimezone(UTC)  # fold=0: the first occurrence
+            if start <= point <= end:
+                points.add(point)
+        wall += minute
+    return sorted(points)
+
+
+@pytest.mark.parametrize("zone", CHANGING_ZONES)
+def test_next_after_is_the_least_of_one_fixed_set_of_points_at_every_dst_change(zone: str) -> None:
+    """At every change of the zone's offset, 2020-2030, both directions: the points iterated from well
+    before the change are the documented ones, and next_after(dt) for dt anywhere near it (every 10
+    minutes for 2 hours either side; each copy of a repeated hour at its start, middle and end, to the
+    second, given in UTC and in the Cron's own zone) is the least of them after dt."""
+    from zoneinfo import ZoneInfo
+
+    tz = ZoneInfo(zone)
+    changes = offset_changes(zone, 2020, 2030)
+    assert changes  # (each of these zones changes in those years)
+    second = timedelta(seconds=1)
+    for expr, fixed, matches in (QUARTERS_FIXED, QUARTERS_ELAPSED, EVEN_HOURS_ELAPSED):
+        cron = Cron(expr, zone)
+        for change, shift in changes:
+            start, end = change - timedelta(hours=4), change + timedelta(hours=4)
+            points = documented_points(tz, fixed, matches, start, end)
+            iterated: list[datetime] = []
+            at: datetime = start - second  # (a point exactly at `start` counts)
+            while True:
+                nxt = cron.next_after(at)
+                assert nxt is not None
+                if nxt > end:
+                    break
+                iterated.append(nxt.astimezone(UTC))
+                at = nxt
+            assert iterated == points, (expr, zone, change)
+            span = abs(shift)  # each copy of a repeated hour (or the skipped one) is this long
+            edges = {change - span / 2, change + span / 2}
+            for edge in (change - span, change, change + span):
+                edges |= {edge - second, edge, edge + second, edge + second / 4}
+            grid = {change + timedelta(minutes=m) for m in range(-120, 121, 10)} - edges
+            for dt in sorted(grid | edges):
+                want = next(p for p in points if p > dt)
+                for given in (dt, dt.astimezone(tz)) if dt in edges else (dt,):
+                    got = cron.next_after(given)
+                    assert got is not None and got > dt, (expr, zone, given, got)
+                    # (as instants: an aware time in a repeated hour never == one in another zone)
+                    assert got.astimezone(UTC) == want, (expr, zone, given, got, want)
+                    # and as the local time of that instant, with the fold it has there
+                    assert got.isoformat() == got.astimezone(UTC).astimezone(tz).isoformat()
+
+
+@pytest.mark.parametrize(
+    ("mode", "late"),
+    [(RepeatMode.FIXED_RATE, True), (RepeatMode.FIXED_DELAY, True), (RepeatMode.FIXED_DELAY, False)],
+    ids=["fixed-rate-late", "fixed-delay-late", "fixed-delay-long-run"],
+)
+def test_a_cron_run_that_ends_in_the_second_copy_does_not_run_that_point_again(
+    make: Callable[..., Any], mode: RepeatMode, late: bool
+) -> None:
+    """A daily 02:45 Europe/Berlin task whose run, on the fall-back day, starts late (a stall) or runs long
+    and ends at 02:40 CET, in the second copy of 02:00-03:00: it ran again at every run_pending (the
+    next point it was given was the 02:45 CEST that had just run). It runs once; next, the next day."""
+    clock = ManualClock(0.0, wall=utc(2024, 10, 26, 12).timestamp())
+    s = make(clock)
+    ran: list[float] = []
+
+    def job() -> None:
+        ran.append(clock.wall())
+        if not late:
+            clock.advance(55 * 60)  # 02:45 CEST to 02:40 CET
+
+    tid = s.schedule_cron("45 2 * * *", job, tz="Europe/Berlin", mode=mode)
+    if late:
+        clock.advance(utc(2024, 10, 27, 1, 40).timestamp() - clock.wall())  # past 02:45 CEST, to 02:40 CET
+        assert s.run_pending() == 1
+    else:
+        drive(s, clock, until=utc(2024, 10, 27, 0, 45).timestamp())
+    assert len(ran) == 1 and abs(clock.wall() - utc(2024, 10, 27, 1, 40).timestamp()) < EPSILON
+    for _ in range(6):  # six minutes of run_pending in the second copy
+        clock.advance(60)
+        assert s.run_pending() == 0
+    due = s.next_fire_time(tid)
+    assert due is not None and due - clock() == pytest.approx(
+        utc(2024, 10, 28, 1, 45).timestamp() - clock.wall()
+    )
+    drive(s, clock, until=utc(2024, 10, 29, 2).timestamp())
+    assert len(ran) == 3
+    for got, want in zip(ran[1:], (utc(2024, 10, 28, 1, 45), utc(2024, 10, 29, 1, 45)), strict=True):
+        assert 0 <= got - want.timestamp() < EPSILON
+
+
+def test_schedule_cron_made_in_the_second_copy_does_not_run_that_days_point(make: Callable[..., Any]) -> None:
+    """A daily 01:30 America/New_York task scheduled at 01:10 EST on 2024-11-03, in the second copy of
+    01:00-02:00: that day's 01:30 was at 01:30 EDT, 40 minutes before. It ran at once, and again at every
+    run_pending; its first run is the next day's 01:30 EST."""
+    clock = ManualClock(0.0, wall=utc(2024, 11, 3, 6, 10).timestamp())
+    s = make(clock)
+    ran: list[float] = []
+    tid = s.schedule_cron("30 1 * * *", lambda: ran.append(clock.wall()), tz="America/New_York")
+    for _ in range(60):  # the hour after 01:30 EDT, run_pending every minute
+        assert s.run_pending() == 0
+        clock.advance(60)
+    assert ran == [] and s.next_fire_time(tid) is not None
+    drive(s, clock, until=utc(2024, 11, 5, 7).timestamp())
+    assert len(ran) == 2
+    for got, want in zip(ran, (utc(2024, 11, 4, 6, 30), utc(2024, 11, 5, 6, 30)), strict=True):
+        assert 0 <= got - want.timestamp() < EPSILON
+
+
+def test_threaded_a_stall_that_ends_in_the_second_copy_runs_the_point_once() -> None:
+    """Under ThreadedScheduler a stall that ended at 02:40 CET (the second copy) made the driver fire the
+    daily 02:45 in a tight loop (tens of thousands of runs in seconds). It runs once. (The job cancels
+    its task at its fifth run, so that the test ends where it would loop.)"""
+    clock = ManualClock(10.0, wall=utc(2024, 10, 27, 0).timestamp())
+    ran: list[float] = []
+    task: list[int] = []
+    with ThreadedScheduler(clock=clock) as s:
+
+        def job() -> None:
+            ran.append(clock.wall())
+            if len(ran) >= 5:
+                s.cancel(task[0])
+
+        task.append(s.schedule_cron("45 2 * * *", job, tz="Europe/Berlin"))
+        clock.advance(100 * 60)  # 02:00 CEST to 02:40 CET, 02:45 CEST passed
+        wait_until_idle(s)
+        assert ran == [utc(2024, 10, 27, 1, 40).timestamp()]
+        due = s.next_fire_time(task[0])
+        assert due is not None and due == pytest.approx(10 + 25 * 3600 + 45 * 60)  # 2024-10-28 01:45 UTC
+        clock.set(due)
+        wait_until_idle(s)
+        assert len(ran) == 2 and ran[1] == pytest.approx(utc(2024, 10, 28, 1, 45).timestamp())
+        assert s.stats().executed == 2
+
+
+def test_a_keyed_cron_whose_run_ends_in_the_second_copy_stays_pending(make: Callable[..., Any]) -> None:
+    """AFTER_FINISH, a daily 01:30 America/New_York key whose run takes 40 minutes: on 2024-11-03 the run
+    of 01:30 EDT ends at 01:10 EST, in the second copy. next_run(now=that end) gave the fire that had just
+    run, so the key became INVALID and the daily job stopped for good. It stays PENDING, at the next day's
+    01:30, and runs once a day."""
+    from timerwheel import KeyedScheduler, KeyState
+
+    clock = ManualClock(100.0, wall=utc(2024, 11, 2, 12).timestamp())
+    sched = make(clock)
+    ran: list[float] = []
+
+    def run(key: str, data: Any) -> None:
+        ran.append(clock.wall())
+        clock.advance(40 * 60)
+
+    k = KeyedScheduler(sched, Cron("30 1 * * *", "America/New_York"), run)
+    k.start()
+    k.upsert("nightly")
+    drive(sched, clock, until=utc(2024, 11, 3, 7).timestamp())
+    info = k.get("nightly")
+    assert info is not None and info.state is KeyState.PENDING, info
+    assert info.next_run_at == utc(2024, 11, 4, 6, 30) and info.last_error is None
+    drive(sched, clock, until=utc(2024, 11, 6, 7).timestamp())
+    days = (
+        utc(2024, 11, 3, 5, 30),
+        utc(2024, 11, 4, 6, 30),
+        utc(2024, 11, 5, 6, 30),
+        utc(2024, 11, 6, 6, 30),
+    )
+    assert len(ran) == len(days)
+    for got, want in zip(ran, days, strict=True):
+        assert 0 <= got - want.timestamp() < EPSILON
+    info = k.get("nightly")
+    assert info is not None and info.state is KeyState.PENDING
+    k.close()
