@@ -947,3 +947,51 @@ def test_a_keyed_cron_whose_run_ends_in_the_second_copy_stays_pending(make: Call
     info = k.get("nightly")
     assert info is not None and info.state is KeyState.PENDING
     k.close()
+
+
+# -- macros ------------------------------------------------------------------------------------------
+
+MACROS = [
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+]
+
+
+@pytest.mark.parametrize(("macro", "fields"), MACROS, ids=[macro for macro, _ in MACROS])
+def test_a_macro_has_the_points_of_its_five_fields(macro: str, fields: str) -> None:
+    for zone in ("UTC", "America/Santiago"):  # (Santiago's clocks change at midnight)
+        a, b = Cron(macro, zone), Cron(fields, zone)
+        at_a = at_b = utc(2024, 3, 30)
+        for _ in range(30):
+            at_a, at_b = a.next_after(at_a), b.next_after(at_b)  # type: ignore[assignment]
+            assert at_a is not None and at_b is not None
+            assert at_a.isoformat() == at_b.isoformat()
+    assert repr(Cron(macro.upper(), "UTC")) == f"Cron({macro.upper()!r}, 'UTC')"  # any case, kept as given
+
+
+def test_schedule_cron_takes_a_macro(make: Callable[..., Any]) -> None:
+    clock = ManualClock(0.0, wall=utc(2025, 6, 1, 12).timestamp())
+    s = make(clock)
+    ran: list[float] = []
+    s.schedule_cron("@daily", lambda: ran.append(clock.wall()), tz="Europe/Berlin")
+    drive(s, clock, until=utc(2025, 6, 3, 12).timestamp())
+    assert len(ran) == 2
+    for got, want in zip(ran, (utc(2025, 6, 1, 22), utc(2025, 6, 2, 22)), strict=True):  # 00:00 CEST
+        assert 0 <= got - want.timestamp() < EPSILON
+
+
+def test_reboot_and_unknown_macros_are_refused_naming_the_macros(make: Callable[..., Any]) -> None:
+    known = "@yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly"
+    with pytest.raises(ValueError, match=f"'@reboot' is not a schedule .*; the macros are {known}$"):
+        Cron("@reboot")
+    with pytest.raises(ValueError, match=f"unknown macro '@fortnightly'; the macros are {known}$"):
+        Cron("@fortnightly")
+    s = make(ManualClock(0.0, wall=utc(2025, 6, 1, 12).timestamp()))
+    with pytest.raises(ValueError, match="'@reboot' is not a schedule"):
+        s.schedule_cron("@reboot", print)
+    assert s.stats().pending == 0

@@ -7,7 +7,7 @@ least point strictly after dt, also when dt is inside a repeated hour.
 DST (Debian cron's rules, as cronsim has them; cronsim decides which expressions are fixed-time):
 
 - A fixed-time expression (five fields, neither the minute nor the hour field starting with "*":
-  "30 2 * * *", "0,30 1-3 * * *"):
+  "30 2 * * *", "0,30 1-3 * * *", "@daily"):
   - a local time that the spring change skips runs at the first whole minute that exists after it:
     02:30 on the day Europe/Berlin goes from 02:00 to 03:00 runs at 03:00;
   - a local time in the autumn hour that is repeated is a point once, at its first occurrence. A schedule
@@ -16,6 +16,10 @@ DST (Debian cron's rules, as cronsim has them; cronsim decides which expressions
 - Any other expression ("0 * * * *", "*/15 * * * *", "*/30 2 * * *", "0 */2 * * *", six fields) follows
   real elapsed time: its points are the instants whose local time matches, so it runs in both copies of
   the repeated hour and skips nothing but the skipped local times.
+
+Macros: @yearly (@annually), @monthly, @weekly, @daily (@midnight) and @hourly stand for their five
+fields ("0 0 1 1 *", "0 0 1 * *", "0 0 * * 0", "0 0 * * *", "0 * * * *"); cronsim has none.
+@reboot is refused: it is no point in time.
 """
 
 from __future__ import annotations
@@ -26,6 +30,15 @@ from typing import Any
 
 __all__ = ["Cron"]
 
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _ZERO = timedelta(0)
 _SECOND = timedelta(seconds=1)
 _DAY = timedelta(days=1)
@@ -66,10 +79,30 @@ def _zone(tz: Any) -> tzinfo:
         raise ValueError(f"tz: unknown time zone {tz!r} ({exc})") from None
 
 
+def _fields(expr: str) -> str:
+    """The cron fields of `expr`: a macro as its five fields, anything else as it is (cronsim checks it).
+
+    Raises:
+        ValueError: @reboot, or an unknown macro (the message names the macros there are).
+    """
+    word = expr.strip()
+    if not word.startswith("@"):
+        return expr
+    fields = _MACROS.get(word.lower())
+    if fields is not None:
+        return fields
+    known = ", ".join(_MACROS)
+    if word.lower() == "@reboot":
+        raise ValueError(
+            f"expr: {expr!r} is not a schedule (it means: when cron starts); the macros are {known}"
+        )
+    raise ValueError(f"expr: unknown macro {expr!r}; the macros are {known}")
+
+
 class Cron:
     """A cron expression evaluated in a time zone: next_after(dt) gives the next point strictly after dt.
 
-    Five fields (minute hour day month day-of-week), or six with seconds first.
+    Five fields (minute hour day month day-of-week), six with seconds first, or a macro (@daily, ...).
     The expression and its calendar are cronsim's (Debian cron's semantics); the points in a DST change
     follow the module docstring's rules. A Cron is also a next_run function for KeyedScheduler (it ignores
     the key and the data), and what schedule_cron() takes.
@@ -79,7 +112,8 @@ class Cron:
         tz: an IANA time zone name ("Europe/Berlin") or a tzinfo; default UTC.
 
     Raises:
-        ValueError: a bad expression or an unknown zone (the message quotes it).
+        ValueError: a bad expression, @reboot or an unknown macro, or an unknown zone (the message quotes
+            it).
         TypeError: expr is not a str, or tz neither a str nor a tzinfo.
         ImportError: cronsim is not installed (the cron extra).
 
@@ -97,7 +131,7 @@ class Cron:
         self._cronsim = _cronsim()
         self.tz = _zone(tz)
         self.expr = expr
-        self._fields = expr
+        self._fields = _fields(expr)
         try:
             probe = self._cronsim.CronSim(self._fields, datetime(2000, 1, 1, tzinfo=_PROBE_ZONE))
         except self._cronsim.CronSimError as exc:
