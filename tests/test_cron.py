@@ -40,7 +40,7 @@ def utc(*fields: int) -> datetime:
     return datetime(*fields, tzinfo=UTC)  # type: ignore[misc]
 
 
-# -- the DST table (docs/cron.md shows the same rows) ---------------------------------------------------
+# -- the DST table (docs/keyed.md shows some of its rows) ----------------------------------------------
 
 # (zone, expression, after (UTC), the next points as (local time with offset, UTC))
 DST_TABLE: list[tuple[str, str, datetime, list[tuple[str, str]]]] = [
@@ -830,8 +830,13 @@ def test_next_after_is_the_least_of_one_fixed_set_of_points_at_every_dst_change(
 
 @pytest.mark.parametrize(
     ("mode", "late"),
-    [(RepeatMode.FIXED_RATE, True), (RepeatMode.FIXED_DELAY, True), (RepeatMode.FIXED_DELAY, False)],
-    ids=["fixed-rate-late", "fixed-delay-late", "fixed-delay-long-run"],
+    [
+        (RepeatMode.FIXED_RATE, True),
+        (RepeatMode.FIXED_DELAY, True),
+        (RepeatMode.FIXED_DELAY, False),
+        (RepeatMode.FIXED_RATE, False),  # (FIXED_RATE takes the point after the one due: it held already)
+    ],
+    ids=["fixed-rate-late", "fixed-delay-late", "fixed-delay-long-run", "fixed-rate-long-run"],
 )
 def test_a_cron_run_that_ends_in_the_second_copy_does_not_run_that_point_again(
     make: Callable[..., Any], mode: RepeatMode, late: bool
