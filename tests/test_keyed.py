@@ -8,6 +8,7 @@ disabled keys, close, run_timeout, races of upserts against fires, and next_run 
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -862,3 +863,368 @@ def test_after_finish_counts_from_when_the_run_returned_not_from_a_wait_for_the_
         assert scheduled[:2] == [T0 + 5, T0 + 10], scheduled
     finally:
         k.close()
+
+
+# -- faults: callbacks that raise BaseException, a key removed while it runs, a failing wall clock -----------
+
+
+def test_a_base_exception_from_on_state_change_at_a_runs_start_wedges_nothing(d: Driver) -> None:
+    """SystemExit from on_state_change(RUNNING) used to escape before the run's end was set up: the key
+    stayed RUNNING for ever and close(wait_running_on_close=True) hung. Now the callback is guarded as a
+    job is: the run goes on, its end is recorded, and the exception surfaces where a job's would (out of
+    run_pending() and the asyncio loop; logged on a scheduler thread)."""
+    raised: list[bool] = []
+    runs: list[Any] = []
+
+    def on_state(key: Any, old: KeyState, new: KeyState) -> None:
+        if new is KeyState.RUNNING and not raised:
+            raised.append(True)
+            raise SystemExit("from on_state_change")
+
+    k = d.keyed(every(5), log_runs(d, runs), on_state_change=on_state, wait_running_on_close=True)
+    k.start()
+    k.upsert("a")
+    surfaced = False
+    try:
+        d.advance(5)
+    except SystemExit:
+        surfaced = True
+    assert raised == [True] and len(runs) == 1
+    assert surfaced is (d.name in ("scheduler", "asyncio"))  # a scheduler thread never dies of it
+    info = k.get("a")
+    assert info is not None and info.state is KeyState.PENDING and not info.running
+    d.advance(5)
+    assert len(runs) == 2  # it goes on firing
+    d.close()  # and close() with wait_running_on_close returns
+    del d.k
+
+
+@pytest.mark.parametrize("callback", ["next_run", "on_finish", "on_invalid"])
+def test_a_base_exception_from_any_keyed_callback_wedges_no_key(callback: str) -> None:
+    """Every user callback of the keyed layer is guarded like a job: a KeyboardInterrupt from it leaves
+    the key consistent (its run's end recorded, a timer armed or the key INVALID) and then surfaces."""
+    clock = ManualClock(100.0, wall=T0)
+    sched = Scheduler(clock)
+    armed = [False]
+    runs: list[str] = []
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        if callback == "next_run" and armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+        return now + timedelta(seconds=5 if data != "bad" else -(10**12))
+
+    def interrupt(*args: Any) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    k = KeyedScheduler(
+        sched,
+        next_run,
+        lambda key, data: runs.append(key),
+        on_finish=interrupt if callback == "on_finish" else None,
+        on_invalid=interrupt if callback == "on_invalid" else None,
+    )
+    k.start()
+    k.upsert("a")
+    armed[0] = True
+    if callback == "on_invalid":
+        with pytest.raises(KeyboardInterrupt):
+            k.upsert("a", "bad")  # out of range: INVALID, then the interrupt
+        info = k.get("a")
+        assert info is not None and info.state is KeyState.INVALID and info.generation == 2
+        k.upsert("a")
+    else:
+        clock.advance(5)
+        with pytest.raises(KeyboardInterrupt):
+            sched.run_pending()
+    assert runs == ([] if callback == "on_invalid" else ["a"])
+    info = k.get("a")
+    assert info is not None and not info.running
+    assert info.state is (KeyState.INVALID if callback == "next_run" else KeyState.PENDING)
+    if callback != "next_run":
+        clock.advance(5)
+        sched.run_pending()
+        assert runs.count("a") == (1 if callback == "on_invalid" else 2)
+    k.close()
+
+
+def test_remove_then_upsert_while_a_run_goes_waits_for_that_run_and_keeps_the_generation() -> None:
+    """A config reload (remove() then upsert(), or replace_all() without the key, then with it) while the
+    key's run goes: the new record used to run at once beside the old run, at generation 1 again. Now
+    AFTER_FINISH's promise holds across the removal: its first fire waits for the old run to end, and the
+    generation only goes up."""
+    clock = ManualClock(100.0, wall=T0)
+    gate = threading.Event()
+    active, peak, ran = [0], [0], []
+    lock = threading.Lock()
+
+    def run(key: str, data: Any) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        if data == "old":
+            assert gate.wait(GENEROUS)
+        with lock:
+            active[0] -= 1
+            ran.append(data)
+
+    with ThreadedScheduler(clock=clock, workers=2) as sched:
+        for reload in ("remove", "replace_all"):
+            gate.clear()
+            ran.clear()
+            k = KeyedScheduler(sched, lambda now, key, data: now + timedelta(seconds=5), run)
+            k.start()
+            k.upsert("a", "old")
+            clock.advance(5)
+            _wait_for(lambda: active[0] == 1)
+            before = k.get("a")
+            assert before is not None
+            if reload == "remove":
+                assert k.remove("a")
+                k.upsert("a", "new")
+            else:
+                k.replace_all({})
+                k.replace_all({"a": "new"})
+            info = k.get("a")
+            assert info is not None and info.generation > before.generation and info.running
+            clock.advance(5)  # the new record's fire comes while the old run goes: it waits
+            _wait_for(lambda: sched.stats().executed >= 2)  # (its job began, and found the run going)
+            assert ran == [] and peak[0] == 1
+            gate.set()
+            _wait_for(lambda: ran == ["old", "new"])
+            wait_until_idle(sched)
+            assert peak[0] == 1
+            k.close()
+
+
+def test_a_keys_generation_never_goes_back_across_remove() -> None:
+    k = KeyedScheduler(Scheduler(ManualClock(0.0, wall=T0)), every(10), print)
+    k.start()
+    for _ in range(3):
+        k.upsert("a")
+    assert k.get("a").generation == 3  # type: ignore[union-attr]
+    k.remove("a")
+    k.upsert("a")
+    assert k.get("a").generation > 3  # type: ignore[union-attr]
+    k.replace_all({})
+    k.replace_all({"a": None})
+    assert k.get("a").generation > 4  # type: ignore[union-attr]
+    k.close()
+
+
+def test_a_before_run_run_that_ends_while_its_next_fire_waits_stays_pending() -> None:
+    """BEFORE_RUN, one worker: the next fire waits for the worker while the run goes. Its end used to
+    report the key DISABLED (RUNNING -> DISABLED -> PENDING) although next_run never returned None."""
+    clock = ManualClock(100.0, wall=T0)
+    states: list[tuple[KeyState, KeyState]] = []
+    gate, started = threading.Event(), threading.Event()
+    calls = [0]
+
+    def run(key: str, data: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            started.set()
+            assert gate.wait(GENEROUS)
+
+    with ThreadedScheduler(clock=clock, workers=1) as sched:
+        k = KeyedScheduler(
+            sched,
+            every(5),
+            run,
+            reschedule=Reschedule.BEFORE_RUN,
+            on_state_change=lambda key, old, new: states.append((old, new)),
+        )
+        k.start()
+        k.upsert("a")
+        clock.advance(5)
+        assert started.wait(GENEROUS)
+        clock.advance(5)  # the next fire: handed over, waits for the busy worker
+        _wait_for(lambda: sched.stats().queued == 1)
+        gate.set()
+        _wait_for(lambda: calls[0] == 2)
+        wait_until_idle(sched)
+        assert (KeyState.RUNNING, KeyState.DISABLED) not in states, states
+        info = k.get("a")
+        assert info is not None and info.state is KeyState.PENDING
+        k.close()
+
+
+def test_a_run_that_returns_a_coroutine_is_awaited_under_asyncio() -> None:
+    """A plain callable returning a coroutine (an async function behind an ordinary decorator) used to be
+    reported finished without its body ever running."""
+    loop = VirtualTimeLoop(100.0, wall=T0)
+    bodies: list[str] = []
+    finished: list[tuple[Any, BaseException | None]] = []
+
+    async def body(key: str) -> None:
+        await asyncio.sleep(1)
+        bodies.append(key)
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            k = KeyedScheduler(
+                sched,
+                every(5),
+                lambda key, data: body(key),
+                on_finish=lambda key, data, error: finished.append((key, error)),
+            )
+            k.start()
+            k.upsert("a")
+            await asyncio.sleep(5.5)
+            assert bodies == [] and finished == []  # it runs, as a task: not finished yet
+            await asyncio.sleep(1)
+            assert bodies == ["a"] and finished == [("a", None)]
+            await k.aclose()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_a_run_that_returns_a_coroutine_without_a_loop_is_a_failure() -> None:
+    clock = ManualClock(100.0, wall=T0)
+    sched = Scheduler(clock)
+    finished: list[BaseException | None] = []
+
+    async def body() -> None:
+        raise AssertionError("never runs")
+
+    k = KeyedScheduler(
+        sched, every(5), lambda key, data: body(), on_finish=lambda k, d, e: finished.append(e)
+    )
+    k.start()
+    k.upsert("a")
+    clock.advance(5)
+    sched.run_pending()
+    assert len(finished) == 1 and isinstance(finished[0], TypeError)
+    assert "AsyncScheduler" in str(finished[0])
+    assert "TypeError" in (k.get("a").last_error or "")  # type: ignore[union-attr]
+    k.close()
+
+
+def test_close_without_wait_running_on_close_returns_while_a_run_goes() -> None:
+    """close() of a KeyedScheduler that started its ThreadedScheduler used to join the workers, so a run
+    that never returns turned a shutdown into a hang. The run is told (ctx.cancelled) and goes on."""
+    clock = ManualClock(100.0, wall=T0)
+    started, release = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    def run(ctx: JobContext, key: str, data: Any) -> None:
+        started.set()
+        told.append(ctx.cancelled.wait(GENEROUS))
+        release.wait(GENEROUS)
+
+    sched = ThreadedScheduler(clock=clock, workers=1)
+    k = KeyedScheduler(sched, every(5), run, context=True)
+    k.start()
+    k.upsert("a")
+    clock.advance(5)
+    assert started.wait(GENEROUS)
+    closer = threading.Thread(target=k.close, daemon=True)
+    closer.start()
+    closer.join(GENEROUS)
+    try:
+        assert not closer.is_alive(), "close() waited for the run"
+        _wait_for(lambda: told == [True])
+        assert "closed" in repr(sched)
+    finally:
+        release.set()
+
+
+class FlakyWall(ManualClock):
+    """A clock whose wall() raises the next `failures` times it is read (by the keyed layer's run, if
+    `in_runs`: as a run starts or ends; the engine's own reads still answer)."""
+
+    failures = 0
+    in_runs = False
+
+    def wall(self) -> float:
+        if self.failures and (not self.in_runs or self._in_a_run()):
+            self.failures -= 1
+            raise OSError("the wall clock is not there")
+        return super().wall()
+
+    @staticmethod
+    def _in_a_run() -> bool:
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code.co_name in ("_prepare_start", "_end", "_ended"):
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+
+@pytest.mark.parametrize("at", ["start", "end"])
+def test_a_wall_clock_that_fails_once_loses_no_key(at: str) -> None:
+    """One failed read of the wall clock as a key's run starts used to lose the key for good (no timer,
+    PENDING with next_run_at in the past). As the drivers do: logged, counted, retried after a back-off,
+    and what is due runs once the clock answers."""
+    clock = FlakyWall(100.0, wall=T0)
+    clock.in_runs = True
+    sched = Scheduler(clock)
+    runs: list[float] = []
+
+    def run(key: str, data: Any) -> None:
+        runs.append(clock.wall())
+        if at == "end":
+            clock.failures = 2  # the end's reads fail
+
+    k = KeyedScheduler(sched, every(5), run)
+    k.start()
+    k.upsert("a")
+    clock.advance(5)
+    if at == "start":
+        clock.failures = 1
+    sched.run_pending()
+    if at == "start":
+        assert runs == []
+        clock.advance(1)  # past the back-off (at most 1 s)
+        sched.run_pending()
+    assert runs == [T0 + 5] if at == "end" else [T0 + 6]
+    assert k.stats().clock_errors >= 1
+    info = k.get("a")
+    assert info is not None and info.state is KeyState.PENDING and not info.running
+    assert info.next_run_at is not None and info.next_run_at.timestamp() > clock.wall()
+    clock.advance(10)
+    sched.run_pending()
+    assert len(runs) == 2
+    k.close()
+
+
+def test_an_upsert_whose_wall_clock_fails_raises_and_changes_nothing() -> None:
+    clock = FlakyWall(100.0, wall=T0)
+    k = KeyedScheduler(Scheduler(clock), every(5), print)
+    k.start()
+    k.upsert("a", 1)
+    clock.failures = 1
+    with pytest.raises(OSError, match="not there"):
+        k.upsert("a", 2)
+    info = k.get("a")
+    assert info is not None and info.data == 1 and info.generation == 1 and info.state is KeyState.PENDING
+    k.close()
+
+
+def test_a_keyed_scheduler_on_a_closed_scheduler_is_refused() -> None:
+    """It used to start, take upserts and show them PENDING, and never run anything."""
+    from timerwheel import ClosedError
+
+    sched = ThreadedScheduler(clock=ManualClock(0.0, wall=T0))
+    sched.close()
+    with pytest.raises(ClosedError, match="closed"):
+        KeyedScheduler(sched, every(5), print)
+    live = ThreadedScheduler(clock=ManualClock(0.0, wall=T0))
+    live.start()
+    k = KeyedScheduler(live, every(5), print)
+    live.close()
+    with pytest.raises(ClosedError, match="closed"):
+        k.start()
+    live2 = ThreadedScheduler(clock=ManualClock(0.0, wall=T0))
+    k2 = KeyedScheduler(live2, every(5), print)
+    k2.start()
+    live2.close()
+    with pytest.raises(ClosedError, match="closed"):
+        k2.upsert("a")
+    assert "a" not in k2

@@ -21,13 +21,14 @@ import math
 import queue
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from ._engine import JobContext, Scheduler, WallTimer, log_safely
 from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
-from ._types import RunOptions
+from ._types import ClosedError, Lifecycle, RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds
 
 __all__ = ["CatchUp", "KeyInfo", "KeyState", "KeyedScheduler", "KeyedStats", "Recover", "Reschedule"]
@@ -87,6 +88,8 @@ class KeyedStats:
         caught_up: missed fires run at start (CatchUp.ONCE or ALL).
         recovered: interrupted fires run again at start (Recover.RERUN).
         abandoned: interrupted fires recorded as failed (Recover.SKIP).
+        clock_errors: times the wall clock could not be read as a key's run started or ended (logged;
+            the run is tried again after a back-off, or its end planned from the last reading).
     """
 
     keys: int = 0
@@ -97,6 +100,7 @@ class KeyedStats:
     caught_up: int = 0
     recovered: int = 0
     abandoned: int = 0
+    clock_errors: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -176,13 +180,16 @@ class _Key(WallTimer):
         self.owner._fired(self)
 
     def info(self) -> KeyInfo:
-        at = self.next_run_at
+        # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
+        # store still gets when a run that goes on past close() ends)
+        closed = self.owner._closed
+        at = None if closed else self.next_run_at
         return _new_info(
             KeyInfo,
             (
                 self.key,
                 _value(self.data),
-                self.state,
+                KeyState.DISABLED if closed else self.state,
                 None if at is None else _from_posix(at, UTC),
                 self.running > 0,
                 self.last_error,
@@ -303,6 +310,7 @@ class KeyedScheduler:
                 "scheduler must be a Scheduler, ThreadedScheduler or AsyncScheduler, "
                 f"not {type(scheduler).__name__}"
             )
+        _check_scheduler_open(scheduler)
         function(next_run, "next_run")
         function(run, "run")
         member(reschedule, Reschedule, "reschedule")
@@ -346,6 +354,7 @@ class KeyedScheduler:
         if owner is not None:
             raise ValueError(f"store: the {store.name} is in use by another KeyedScheduler already")
         self._sched: Any = scheduler
+        self._driver: Any = scheduler if isinstance(scheduler, (ThreadedScheduler, AsyncScheduler)) else None
         self._next_run = next_run
         self._run = run
         self._reschedule = reschedule
@@ -389,8 +398,30 @@ class KeyedScheduler:
         self._recover = recover
         self._on_missed = on_missed
         self._counts = dict.fromkeys(
-            ("started", "finished", "failed", "missed", "caught_up", "recovered", "abandoned"), 0
+            (
+                "started",
+                "finished",
+                "failed",
+                "missed",
+                "caught_up",
+                "recovered",
+                "abandoned",
+                "clock_errors",
+            ),
+            0,
         )
+        # Keys removed while a run of theirs goes: the record stays here until the run ends, and an upsert
+        # of the key meanwhile takes it back (generation and running runs with it), so that AFTER_FINISH
+        # runs never overlap across a removal. _floor is the highest generation of any record dropped: a
+        # new record starts above it, so that a key's generation never goes back (a stale end or fire of
+        # the old record cannot pass for the new one's).
+        self._gone: dict[Hashable, _Key] = {}
+        self._floor = 0
+        self._backoff = 0.0  # seconds: the retry of a fire whose start could not read the wall clock
+        # A BaseException (KeyboardInterrupt, SystemExit) from a user callback is held here, per thread,
+        # while the operation it interrupted completes, and raised at the operation's end (_raise_held).
+        self._held = threading.local()
+        self._holding = False  # (a hint: some thread held one once; the hot path checks only this)
         self._loaded: set[Hashable] = set()  # keys loaded from the store and not upserted since
         self._missed_summary = [0, 0]
         self._group: Any = None  # the view of the keys given to the engine's add_calendar()
@@ -399,6 +430,7 @@ class KeyedScheduler:
         self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
         self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
+        self._writer_thread: _Writer | None = None  # shared: see _Writer
         if self._durable:
             self._load()
             store._owner = self  # type: ignore[attr-defined]
@@ -413,13 +445,14 @@ class KeyedScheduler:
         """Start: evaluate next_run again for every key and arm it. Starts the scheduler if it is new.
 
         Raises:
-            RuntimeError: started already, or closed.
+            RuntimeError: started already, or closed. ClosedError: its scheduler is closed.
         """
         with self._lock:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
             if self._started:
                 raise RuntimeError("the KeyedScheduler is started already")
+            _check_scheduler_open(self._sched)
             if self._sched_is_new():
                 self._sched.start()
                 self._owns_scheduler = True
@@ -444,21 +477,30 @@ class KeyedScheduler:
             self._apply_all(plans)
             if self._shared:
                 self._store.attach(self)  # type: ignore[attr-defined]
+        self._raise_held()
 
     def close(self) -> None:
         """Close: every key becomes DISABLED (next_run_at None), their timers are taken back; with
         wait_running_on_close, wait for the running runs. Closes the scheduler if start() started it.
-        Under an AsyncScheduler, use `await aclose()`."""
+        Under an AsyncScheduler, use `await aclose()`.
+
+        Without wait_running_on_close, close() returns at once: a run still going is told
+        (ctx.cancelled is set), goes on to its end on its thread, and its end is recorded in a durable
+        store, which is released when the last such run ends; its key is not armed again."""
         if self._async:
             raise RuntimeError("under an AsyncScheduler, use `await keyed.aclose()`")
         self._shut()
         if self._wait_on_close and not self._in_a_run():
             with self._lock:
-                while any(rec.running for rec in self._keys.values()):
+                while self._any_running():
                     self._idle.wait()
         self._release_store()
         if self._owns_scheduler:
-            self._sched.close()
+            if self._wait_on_close:
+                self._sched.close()
+            else:  # (closing a ThreadedScheduler joins its workers: a run that goes on would be waited for)
+                self._sched.close(wait=False)
+        self._raise_held()
 
     async def aclose(self) -> None:
         """close(), under an AsyncScheduler: awaits the running runs with wait_running_on_close."""
@@ -466,12 +508,13 @@ class KeyedScheduler:
 
         self._shut()
         if self._wait_on_close and not self._in_a_run():
-            while any(rec.running for rec in self._keys.values()):
+            while self._any_running():
                 self._all_done = asyncio.Event()
                 await self._all_done.wait()
         self._release_store()
         if self._owns_scheduler:
             await self._sched.aclose()
+        self._raise_held()
 
     def __enter__(self) -> KeyedScheduler:
         self.start()
@@ -493,10 +536,12 @@ class KeyedScheduler:
                 return
             self._check_caller()
             self._closed = True
-            for rec in self._keys.values():
+            # Every key shows DISABLED from now on (KeyInfo), but keeps its plan: a run that goes on past
+            # close() ends by writing the row the key would have had, never DISABLED (see _end).
+            for rec in list(self._keys.values()):
                 self._disarm(rec)
-                rec.next_run_at = None
-                self._set_state(rec, KeyState.DISABLED)
+                if rec.state is not KeyState.DISABLED:
+                    self._call(self._on_state_change, rec.key, rec.state, KeyState.DISABLED)
             if self._engine is not None:
                 self._engine.remove_calendar(self._group)
             if self._shared and self._started:
@@ -507,11 +552,15 @@ class KeyedScheduler:
                 keep = {k for k, rec in self._keys.items() if rec.running} | {f.key for f in self._unrecorded}
                 self._store.detach(list(keep))  # type: ignore[attr-defined]
 
+    def _any_running(self) -> bool:
+        """Whether a run of any key goes (a key removed meanwhile included). O(keys)."""
+        return bool(self._gone) or any(rec.running for rec in self._keys.values())
+
     def _release_store(self) -> None:
         """Close the store once no run is going (a run still going releases it when it finishes, so that
         its finish is recorded); closing the KeyedScheduler never writes DISABLED into the store."""
         with self._lock:
-            if self._closed and not any(rec.running for rec in self._keys.values()):
+            if self._closed and not self._any_running():
                 if self._store_open():
                     self._record_unrecorded()
                 self._store.close()
@@ -544,8 +593,9 @@ class KeyedScheduler:
 
         Raises:
             TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed.
-            NotStartedError: its scheduler has no clock yet (an AsyncScheduler made outside a loop and not
-                started); nothing changed.
+            ClosedError: its scheduler is closed. NotStartedError: its scheduler has no clock yet (an
+                AsyncScheduler made outside a loop and not started). A wall clock that fails raises what
+                it raised. In each case nothing changed.
         """
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         if lock is not None:
@@ -556,25 +606,28 @@ class KeyedScheduler:
             except TypeError:
                 raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
             engine = self._engine
+            driver = self._driver
             if (
                 engine is None
                 or self._closed
                 or self._async
                 or self._durable
                 or (rec is not None and rec.running)
+                or (driver is not None and driver._state is _CLOSED)
             ):
                 self._upsert(rec, key, data)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
+            wall = self._wall()  # (first: a clock that fails changes nothing)
             if rec is None:  # (setdefault: a finalizer that the allocation ran may have added the key)
-                rec = self._keys.setdefault(key, _Key(self, key, data))
+                rec = self._keys.setdefault(key, self._new_record(key, data))
             rec.data = data
             rec.generation += 1
             rec.catch_up = None
             try:
-                when = self._next_run(_from_posix(self._wall(), UTC), key, data)
-            except Exception as exc:
-                self._invalid(rec, exc)
+                when = self._next_run(_from_posix(wall, UTC), key, data)
+            except BaseException as exc:
+                self._invalid(rec, self._guarded(exc))
                 return
             if type(when) is datetime and type(when.tzinfo) in _ALWAYS_AWARE:
                 try:
@@ -601,6 +654,8 @@ class KeyedScheduler:
         finally:
             if lock is not None:
                 lock.release()
+            if self._holding:
+                self._raise_held()
 
     def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
@@ -610,6 +665,7 @@ class KeyedScheduler:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
             self._check_caller()
+            _check_scheduler_open(self._sched)
             encoded = ""
             # (first: a scheduler without a clock yet, an AsyncScheduler not started, raises and changes
             # nothing; the durable path reads it before its store commits, in _evaluate)
@@ -623,7 +679,7 @@ class KeyedScheduler:
                 rec = self._keys.get(key)
                 fresh = rec is None
                 if rec is None:
-                    rec = _Key(self, key, data)
+                    rec = self._gone.get(key) or self._new_record(key, data)
                 state, at, last_error = self._outcome(rec, result)
                 generation = self._store.put(
                     StoredKey(
@@ -638,12 +694,16 @@ class KeyedScheduler:
                 )
                 if fresh:
                     rec = self._keys.setdefault(key, rec)
+                    if self._gone.get(key) is rec:
+                        del self._gone[key]
                 self._loaded.discard(key)
                 if self._shared:
                     self._taken(key)
-                    rec.generation = generation - 1  # (one above any other process's: the store says)
+                # (the store's: one above any generation it ever held for the key, or, a shared store,
+                # above any other process's)
+                rec.generation = generation - 1
             if rec is None:
-                rec = self._keys.setdefault(key, _Key(self, key, data))
+                rec = self._keys.setdefault(key, self._new_record(key, data))
             elif rec.running and self._cancel_on_replace and rec.contexts:
                 for ctx in rec.contexts:
                     ctx.cancelled.set()
@@ -671,13 +731,14 @@ class KeyedScheduler:
         with self._lock:
             self._check_open()
             self._check_caller()
+            _check_scheduler_open(self._sched)
             if not self._durable:
                 self._wall_now()  # (a scheduler without a clock yet raises here, before anything is removed)
                 for key in [k for k in self._keys if k not in mapping]:
                     self.remove(key)
                 for key, data in mapping.items():
                     self.upsert(key, data)
-                return
+                return  # (each upsert raised what it held)
             # Durable: every row computed, then one transaction, then applied. next_run is user code,
             # which may change keys: the records are looked up after every evaluation.
             wall_now = self._wall_now()
@@ -690,7 +751,7 @@ class KeyedScheduler:
                 rec = self._keys.get(key)
                 fresh = rec is None
                 if rec is None:
-                    rec = _Key(self, key, _Stored(encoded))
+                    rec = self._gone.get(key) or self._new_record(key, _Stored(encoded))
                 outcome = self._outcome(rec, result)
                 rows.append(
                     StoredKey(
@@ -708,22 +769,23 @@ class KeyedScheduler:
             for key in removed:
                 self._forget(key)
             for (rec, fresh, data, (state, at, last_error), result), generation in zip(
-                plans, generations if self._shared else [None] * len(plans), strict=True
+                plans, generations, strict=True
             ):
                 if fresh:
                     self._keys[rec.key] = rec
+                    if self._gone.get(rec.key) is rec:
+                        del self._gone[rec.key]
                 elif rec.running and self._cancel_on_replace and rec.contexts:
                     for ctx in rec.contexts:
                         ctx.cancelled.set()
                 self._loaded.discard(rec.key)
                 rec.data = data
                 rec.catch_up = None
-                if generation is None:
-                    rec.generation += 1
-                else:
-                    rec.generation = generation
+                rec.generation = generation  # (the store's: see _upsert)
+                if self._shared:
                     self._taken(rec.key)
                 self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
+        self._raise_held()
 
     def remove(self, key: Hashable) -> bool:
         """Forget a key and take back its timer; False (no error) for an unknown key.
@@ -757,6 +819,10 @@ class KeyedScheduler:
         if self._shared:
             self._taken(key)  # (a tombstone: what the database said before now does not bring it back)
         rec.generation += 1
+        if rec.generation > self._floor:
+            self._floor = rec.generation
+        if rec.running:  # (until its runs end: an upsert meanwhile takes the record back, see _new_record)
+            self._gone[key] = rec
         rec.catch_up = None
         self._disarm(rec)
         if cancel is None:
@@ -764,6 +830,16 @@ class KeyedScheduler:
         if rec.running and cancel and rec.contexts:
             for ctx in rec.contexts:
                 ctx.cancelled.set()
+
+    def _new_record(self, key: Hashable, data: Any) -> _Key:
+        """A record for a key not held: the record of its removal if a run of it still goes (it comes
+        back with its generation and its runs: a fire of the new data waits for them, as for any upsert
+        during a run), else a new one, above every generation dropped."""
+        rec = self._gone.pop(key, None)
+        if rec is None:
+            rec = _Key(self, key, data)
+            rec.generation = self._floor
+        return rec
 
     def get(self, key: Hashable) -> KeyInfo | None:
         """The key as it stands, or None. TypeError if the key is not hashable."""
@@ -832,8 +908,8 @@ class KeyedScheduler:
         """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
         try:
             when = self._next_run(_from_posix(wall_now, UTC), key, _value(data))
-        except Exception as exc:
-            return exc
+        except BaseException as exc:
+            return self._guarded(exc)
         return self._checked(when)
 
     @staticmethod
@@ -890,18 +966,39 @@ class KeyedScheduler:
             self._call(self._on_state_change, rec.key, old, state)
 
     def _call(self, callback: Callable[..., object] | None, *args: Any) -> None:
+        """A user callback, guarded as a job is: an Exception is logged; a BaseException is held and
+        raised once the operation it interrupted is complete (see _guarded)."""
         if callback is None:
             return
         try:
             callback(*args)
-        except Exception as exc:
-            log_safely(
-                logger,
-                (KeyboardInterrupt, SystemExit),
-                logging.ERROR,
-                "timerwheel: a KeyedScheduler callback raised; ignored",
-                exc_info=exc,
-            )
+        except BaseException as exc:
+            if isinstance(self._guarded(exc), Exception):
+                log_safely(
+                    logger,
+                    (KeyboardInterrupt, SystemExit),
+                    logging.ERROR,
+                    "timerwheel: a KeyedScheduler callback raised; ignored",
+                    exc_info=exc,
+                )
+
+    def _guarded(self, exc: BaseException) -> BaseException:
+        """What a user callback raised. A BaseException that is not an Exception (KeyboardInterrupt,
+        SystemExit) must not leave a key half-changed (RUNNING for ever, unarmed): it is held, the
+        operation goes on to its end, and the operation's entry point raises it then (_raise_held), where
+        a job's would go: to the caller of upsert(), out of run_pending() or the asyncio loop, into the
+        logs of a scheduler thread. Returns exc."""
+        if not isinstance(exc, Exception) and getattr(self._held, "error", None) is None:
+            self._held.error = exc
+            self._holding = True
+        return exc
+
+    def _raise_held(self) -> None:
+        """Raise the BaseException a callback raised during this thread's operation, if one did."""
+        error = getattr(self._held, "error", None)
+        if error is not None:
+            self._held.error = None
+            raise error
 
     # -- runs -------------------------------------------------------------------------------------------
 
@@ -930,76 +1027,203 @@ class KeyedScheduler:
     def _begin(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
         """A key's run starts: its data, or _STALE if the key was removed, replaced or closed since it
         fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
-        With a durable store the fire is committed as started, with the key's row, before the run."""
+        With a durable store the fire is committed as started, with the key's row, before the run. A
+        shared store's take is a database round trip: it is made without the lock (no other key waits
+        for it), by the store's writer (see _Writer)."""
         with self._lock:
-            if self._handed and self._handed.get(rec) == scheduled_for:
-                del self._handed[rec]
-            if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            if start is None:
                 return _STALE
-            if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
-                # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
-                # for its end, so that a key's runs never overlap (_end arms it again).
-                _keep_first(rec, scheduled_for, rerun)
+            if not self._shared:
+                return self._take_done(ctx, start, self._take(start))
+        taken = self._writer().submit(self._take, start).result()
+        with self._lock:
+            return self._take_done(ctx, start, taken)
+
+    async def _abegin(
+        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
+    ) -> Any:
+        """_begin() on an event loop: a shared store's take is awaited, never waited for on the loop."""
+        import asyncio
+
+        with self._lock:
+            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            if start is None:
                 return _STALE
+            if not self._shared:
+                return self._take_done(ctx, start, self._take(start))
+        taken = await asyncio.wrap_future(self._writer().submit(self._take, start))
+        with self._lock:
+            return self._take_done(ctx, start, taken)
+
+    def _prepare_start(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:
+        """Under the lock: what the start of a fire writes (its key's row), or None if it does not start
+        (superseded, waiting for an older generation's run, or the wall clock failing: tried again). The
+        run is counted as going from here (rec.running), so that no other fire of the key starts beside
+        it while its take is made."""
+        if self._handed and self._handed.get(rec) == scheduled_for:
+            del self._handed[rec]
+        if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+            return None
+        if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
+            # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
+            # for its end, so that a key's runs never overlap (_end arms it again).
+            _keep_first(rec, scheduled_for, rerun)
+            return None
+        try:
             wall_now = self._wall_now()
-            at: float | None
-            error: BaseException | None
-            queue = rec.catch_up
-            rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
-            if rest:  # more catch-up fires follow this one: the next is the next run
-                state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
-            elif self._reschedule is Reschedule.BEFORE_RUN:
-                # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
-                result = _advancing(
-                    self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
-                )
-                state, at, last_error = self._outcome(rec, result)
-                error = result if isinstance(result, BaseException) else None
-            else:
-                state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
-            if self._durable:
-                row = StoredKey(
-                    rec.key,
-                    self._encode(rec.data),
-                    generation,
-                    (KeyState.RUNNING if state is not KeyState.INVALID else state).value,
-                    _us(at),
-                    _micro(scheduled_for),
-                    last_error,
-                )
+        except Exception as exc:  # the fire is not lost: it is tried again after a back-off
+            self._clock_failed(rec, scheduled_for, rerun, exc)
+            return None
+        self._backoff = 0.0
+        at: float | None
+        error: BaseException | None
+        queue = rec.catch_up
+        rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
+        if rest:  # more catch-up fires follow this one: the next is the next run
+            state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
+        elif self._reschedule is Reschedule.BEFORE_RUN:
+            # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
+            result = _advancing(
+                self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
+            )
+            state, at, last_error = self._outcome(rec, result)
+            error = result if isinstance(result, BaseException) else None
+        else:
+            state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
+        row = None
+        if self._durable:
+            row = StoredKey(
+                rec.key,
+                self._encode(rec.data),
+                generation,
+                (KeyState.RUNNING if state is not KeyState.INVALID else state).value,
+                _us(at),
+                _micro(scheduled_for),
+                last_error,
+            )
+        rec.running += 1
+        return _Start(
+            rec, generation, scheduled_for, rerun, wall_now, rest, state, at, last_error, error, row
+        )
+
+    def _take(self, start: _Start) -> int | BaseException:
+        """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
+        it was taken already (or, a shared store, the key is held elsewhere), or the store's error."""
+        if start.row is None:
+            return 1
+        try:
+            if not self._shared:
                 self._record_unrecorded()
-                try:
-                    taken = self._store.start_fire(row, _micro(scheduled_for), _micro(wall_now), rerun)
-                except Exception as exc:  # the store failed: the fire is not lost, it is tried again soon
-                    self._retry(rec, scheduled_for, rerun, exc, wall_now)
-                    return _STALE
-                if not taken:  # taken already (or, a shared store, the key is held elsewhere): the next one
-                    rec.catch_up = rest or None
-                    if rec.catch_up:
-                        self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
-                    else:
-                        after = self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for))
-                        self._planned(rec, _advancing(after, scheduled_for))
-                    return _STALE
-            rec.catch_up = rest or None  # (taken: off the queue)
-            rec.last_scheduled_for = scheduled_for
-            ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
-            rec.running += 1
-            if rec.contexts is None:
-                rec.contexts = [ctx]
-            else:
-                rec.contexts.append(ctx)
-            self._apply(rec, state, at, last_error, error)
-            current = not self._closed and rec.generation == generation and self._keys.get(rec.key) is rec
-            if current and rec.state is not KeyState.INVALID:
+            return int(
+                self._store.start_fire(
+                    start.row, _micro(start.scheduled_for), _micro(start.wall_now), start.rerun
+                )
+            )
+        except Exception as exc:
+            return exc
+
+    def _take_done(self, ctx: JobContext, start: _Start, taken: int | BaseException) -> Any:
+        """Under the lock, after the take: the run's data, or _STALE if it does not run after all."""
+        rec, generation, scheduled_for = start.rec, start.generation, start.scheduled_for
+        if isinstance(taken, BaseException) or not taken:
+            rec.running -= 1
+            if isinstance(taken, BaseException):  # the store failed: the fire is not lost, tried again soon
+                self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now)
+            elif self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed:
+                # taken already (or, a shared store, the key is held elsewhere): the next one
+                rec.catch_up = start.rest or None
+                if rec.catch_up:
+                    self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+                else:
+                    after = self._evaluate(rec.key, rec.data, max(start.wall_now, scheduled_for))
+                    self._planned(rec, _advancing(after, scheduled_for))
+            self._rearm_waiting(rec)
+            self._settle(rec)
+            if self._closed:
+                self._release_store()
+            return _STALE
+        rec.catch_up = start.rest or None  # (taken: off the queue)
+        rec.last_scheduled_for = scheduled_for
+        ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
+        if rec.contexts is None:
+            rec.contexts = [ctx]
+        else:
+            rec.contexts.append(ctx)
+        if not self._closed and rec.generation == generation and self._keys.get(rec.key) is rec:
+            self._apply(rec, start.state, start.at, start.last_error, start.error)
+            if rec.state is not KeyState.INVALID:
                 self._set_state(rec, KeyState.RUNNING)  # while a run goes (BEFORE_RUN: armed meanwhile)
-            if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
-                # A callback just now (on_state_change, on_invalid) removed or replaced the key, or closed:
-                # the run is superseded before it started.
-                self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
-                return _STALE
-            self._counts["started"] += 1
-            return _value(rec.data)
+        if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
+            # A callback just now (on_state_change, on_invalid) removed or replaced the key, or closed, or
+            # (a shared store) an upsert came while the take was made: superseded before it started.
+            self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
+            return _STALE
+        self._counts["started"] += 1
+        return _value(rec.data)
+
+    def _settle(self, rec: _Key) -> None:
+        """A run of the key ended (or did not start after all): a removed key's record goes once its last
+        run has; whoever waits for the runs to end (close(), aclose()) is told."""
+        if not rec.running and self._gone.get(rec.key) is rec:
+            del self._gone[rec.key]
+        self._idle.notify_all()
+        if self._all_done is not None and not self._any_running():
+            self._all_done.set()
+
+    def _rearm_waiting(self, rec: _Key) -> None:
+        """A run of the key ended, or did not start: a fire of a newer generation that waited for the
+        key's runs to end is armed now (see _prepare_start)."""
+        if (
+            rec.catch_up
+            and rec.id is None
+            and not rec.running
+            and not self._closed
+            and self._keys.get(rec.key) is rec
+        ):
+            self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+
+    def _clock_failed(self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException) -> None:
+        """The wall clock failed as a key's fire was to start: logged, counted, and the fire tried again
+        after a back-off (1 ms, doubling to 1 s), as the drivers do; it runs once the clock answers."""
+        self._counts["clock_errors"] += 1
+        self._backoff = min(max(2 * self._backoff, 0.001), 1.0)
+        log_safely(
+            logger,
+            (KeyboardInterrupt, SystemExit),
+            logging.ERROR,
+            "timerwheel: the wall clock failed as key %r was to run (%r); retrying in %.3f s",
+            rec.key,
+            error,
+            self._backoff,
+            exc_info=error,
+        )
+        _keep_first(rec, scheduled_for, rerun)
+        engine = self._engine
+        if engine is not None and rec.id is None:
+            try:
+                now = engine.now()
+            except Exception:
+                now = rec.due  # (the monotonic clock too: the driver backs off, and sees to it)
+            engine.add_timer(rec, now + self._backoff)
+
+    def _wall_or(self, fallback: float) -> float:
+        """The wall clock, or (it failed: logged and counted) the latest reading the engine has, but not
+        before `fallback`: a run's end is planned from there rather than lost."""
+        try:
+            return self._wall_now()
+        except Exception as exc:
+            self._counts["clock_errors"] += 1
+            log_safely(
+                logger,
+                (KeyboardInterrupt, SystemExit),
+                logging.ERROR,
+                "timerwheel: the wall clock failed as a key's run ended (%r); planned from its last reading",
+                exc,
+                exc_info=exc,
+            )
+            engine = self._engine
+            return max(fallback, engine._cal.now if engine is not None else fallback)
 
     def _retry(
         self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException, wall_now: float
@@ -1044,7 +1268,7 @@ class KeyedScheduler:
                 self._counts["finished"] += 1
                 if error is not None:
                     self._counts["failed"] += 1
-            wall_now = self._wall_now() if ended is None else ended
+            wall_now = self._wall_or(scheduled_for) if ended is None else ended
             mine = self._keys.get(rec.key) is rec and rec.generation == generation
             current = mine and not self._closed
             outcome: tuple[KeyState, float | None, str | None] | None = None
@@ -1063,10 +1287,10 @@ class KeyedScheduler:
                     outcome = self._outcome(rec, result)
                 elif self._reschedule is Reschedule.NONE:
                     outcome = (KeyState.DISABLED, None, last_error)
-                else:  # BEFORE_RUN: armed already, at its start
+                else:  # BEFORE_RUN: planned already, at its start (armed, or its fire handed over)
                     state = rec.state
                     if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
-                        state = KeyState.PENDING if rec.id is not None else KeyState.DISABLED
+                        state = KeyState.PENDING if rec.next_run_at is not None else KeyState.DISABLED
                     outcome = (state, rec.next_run_at, last_error)
             elif (
                 rec.catch_up
@@ -1122,9 +1346,7 @@ class KeyedScheduler:
                     )
             if outcome is not None and not self._closed:
                 self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
-            self._idle.notify_all()
-            if self._all_done is not None and not any(r.running for r in self._keys.values()):
-                self._all_done.set()
+            self._settle(rec)
             if self._closed:
                 if self._shared and not rec.running and self._store_open():
                     try:  # (closed: its key goes back as soon as its run ended, not with the last one)
@@ -1158,7 +1380,7 @@ class KeyedScheduler:
                     rec.last_error,
                 )
             else:
-                result = self._evaluate(rec.key, rec.data, self._wall_now())
+                result = self._evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
                 outcome = self._outcome(rec, result)
             if self._durable:
                 row = StoredKey(
@@ -1185,6 +1407,13 @@ class KeyedScheduler:
                     )
             self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
 
+    def _writer(self) -> _Writer:
+        """The shared store's writer (made at its first use)."""
+        writer = self._writer_thread
+        if writer is None:
+            writer = self._writer_thread = _Writer()
+        return writer
+
     def _store_open(self) -> bool:
         return getattr(self._store, "_owner", None) is self
 
@@ -1200,9 +1429,10 @@ class KeyedScheduler:
             if self._shared:
                 self._recorded_late.add((fire.key, fire.generation, fire.scheduled_for))
 
-    def _run_key(
-        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
-    ) -> None:
+    def _run_key(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+        """A key's run, as the scheduler's job: begin, run, end. Under an AsyncScheduler, a run that
+        returns an awaitable (an async function behind a plain decorator) is awaited: what this returns
+        then is a coroutine, which the driver runs as a task, and the run ends when it does."""
         _running.depth = getattr(_running, "depth", 0) + 1  # (a callback of _begin may close: not wait)
         try:
             data = self._begin(ctx, rec, generation, scheduled_for, rerun)
@@ -1211,26 +1441,55 @@ class KeyedScheduler:
             raise
         if data is _STALE:
             _running.depth -= 1
-            return
+            self._raise_held()
+            return None
+        error: BaseException | None = None
+        awaiting: Any = None
+        try:
+            result = self._run(ctx, rec.key, data) if self._context else self._run(rec.key, data)
+            if result is not None and inspect.isawaitable(result):
+                if self._async:
+                    awaiting = result
+                else:  # nothing here would ever run its body: that is a failure, not a success
+                    _discard(result)
+                    error = TypeError(
+                        f"run returned {type(result).__name__} {result!r}, which only an AsyncScheduler "
+                        "awaits: its body never ran"
+                    )
+        except BaseException as exc:
+            error = exc
+        finally:
+            _running.depth -= 1
+        if awaiting is not None:
+            return self._awaited(awaiting, ctx, rec, generation, data, scheduled_for)
+        self._end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+        self._raise_held()
+        if error is not None:
+            raise error
+        return None
+
+    async def _awaited(
+        self, awaitable: Any, ctx: JobContext, rec: _Key, generation: int, data: Any, scheduled_for: float
+    ) -> None:
+        """The rest of a run whose `run` returned an awaitable: await it, then end the run."""
+        _in_async_run.set(True)
         error: BaseException | None = None
         try:
-            if self._context:
-                self._run(ctx, rec.key, data)
-            else:
-                self._run(rec.key, data)
+            await awaitable
         except BaseException as exc:
             error = exc
             raise
         finally:
-            _running.depth -= 1
             self._end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+            self._raise_held()
 
     async def _run_async(
         self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
     ) -> None:
         _in_async_run.set(True)  # (this task's own context: aclose() from it does not wait for itself)
-        data = self._begin(ctx, rec, generation, scheduled_for, rerun)
+        data = await self._abegin(ctx, rec, generation, scheduled_for, rerun)
         if data is _STALE:
+            self._raise_held()
             return
         error: BaseException | None = None
         try:
@@ -1242,6 +1501,7 @@ class KeyedScheduler:
             raise
         finally:
             self._end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+            self._raise_held()
 
     def _ended(self) -> float | None:
         """The wall time a run ended, read as it returns: before _end() waits for the lock, which another
@@ -1726,6 +1986,76 @@ _STALE = object()  # what _begin() returns for a run that was superseded
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
 _in_async_run: contextvars.ContextVar[bool] = contextvars.ContextVar("timerwheel_in_keyed_run", default=False)
 _AGAIN = 0.001  # seconds: a key that next_run puts in the past again runs at the next pass
+
+
+def _discard(awaitable: Any) -> None:
+    """An awaitable that will never be awaited: a coroutine is closed (no "never awaited" warning)."""
+    close = getattr(awaitable, "close", None)
+    if inspect.iscoroutine(awaitable) and close is not None:
+        close()
+
+
+def _check_scheduler_open(scheduler: Any) -> None:
+    """ClosedError if `scheduler` is a driver that was closed: nothing would ever run on it."""
+    if getattr(scheduler, "_state", None) is _CLOSED:
+        raise ClosedError(f"the scheduler is closed: {scheduler!r} runs nothing any more")
+
+
+_CLOSED = Lifecycle.CLOSED
+
+
+class _Writer:
+    """A shared store's database work, done by one thread of the KeyedScheduler in the order it was
+    decided (under the KeyedScheduler's lock, which is a ThreadedScheduler's own): nothing waits on the
+    database with that lock held or on an event loop's thread, and a key's writes (its fire's take, its
+    run's end, its release) reach the database in the order they were made. Whoever needs a result (a
+    take, an upsert) waits for its Future without the lock."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._work, name="timerwheel-store-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """fn(*args) on the writer's thread, after everything submitted before. O(1)."""
+        future: Future[Any] = Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # (the writer never dies: its caller hears of it)
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+    def stop(self) -> None:
+        """Do what was submitted, then stop (waits for it, unless called on the writer's own thread)."""
+        self._queue.put(None)
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+
+class _Start(NamedTuple):
+    """A fire about to start (KeyedScheduler._prepare_start): what its take writes, and the key's plan
+    once it is taken."""
+
+    rec: _Key
+    generation: int
+    scheduled_for: float
+    rerun: bool
+    wall_now: float
+    rest: list[tuple[float, bool]]
+    state: KeyState
+    at: float | None
+    last_error: str | None
+    error: BaseException | None
+    row: StoredKey | None
 
 
 def _check_key(key: Any) -> None:

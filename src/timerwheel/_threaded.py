@@ -192,18 +192,23 @@ class ThreadedScheduler(DriverBase):
         if self._pool is not None:
             self._pool.join(timeout)
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         """Stop, wait for the driver and the pool, and discard the tasks still pending. Idempotent.
 
         Returns with pending() empty and stats().pending == 0. Closing a scheduler that was never started
         just marks it closed. Called from a job, an observer or an error handler, it does not wait for
         the scheduler's threads (see wait()).
+
+        Args:
+            wait: False: do not wait for the threads. A run still going is told (its context's
+                `cancelled` is set) and finishes on its thread, which then exits; nothing else starts.
         """
         with self._lock:
             if self._state is Lifecycle.NEW:
                 self._set_state(Lifecycle.CLOSED)
         self.stop()
-        self.wait()
+        if wait:
+            self.wait()
         with self._lock:
             self._engine.discard()
 
