@@ -321,7 +321,8 @@ def test_max_concurrency_block_waits_in_due_order() -> None:
             for i in range(5):
                 sched.schedule(1 + i * 0.001, job, args=(i,))
             await sched.sleep(5)
-            assert sched.stats().running == 5  # two run, three wait
+            stats = sched.stats()
+            assert (stats.running, stats.queued) == (2, 3)  # two run, three wait
             await sched.sleep(40)
             assert sched.stats().dropped == 0 and sched.stats().executed == 5
         return starts
@@ -1273,11 +1274,11 @@ def test_a_waiting_one_shot_coroutine_job_can_be_cancelled() -> None:
             sched.schedule(1, job, args=("first",))
             waiting = sched.schedule(1, job, args=("waiting",))
             await sched.sleep(2)
-            assert sched.stats().running == 2
+            assert (sched.stats().running, sched.stats().queued) == (1, 1)
             assert sched.cancel(waiting) is True
             assert sched.cancel(waiting) is False
             stats = sched.stats()
-            assert (stats.running, stats.cancelled) == (1, 1)
+            assert (stats.running, stats.queued, stats.cancelled) == (1, 0, 1)
             await sched.sleep(10)
             assert ran == ["first"]
 
@@ -1504,5 +1505,40 @@ def test_call_later_s_fast_path_takes_and_refuses_what_the_general_path_does() -
         await sched.close()
         with pytest.raises(Exception, match="closed"):
             sched.call_later(1.0, ran.append, "closed")
+
+    run(main)
+
+
+# -- issue 25 --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", [Backpressure.BLOCK, Backpressure.DROP])
+def test_stats_running_counts_the_jobs_executing_now_and_queued_the_waiting_ones(
+    policy: Backpressure,
+) -> None:
+    """Issue 25, item 16: with max_concurrency=2, the runs waiting for a slot were counted as running."""
+
+    async def main() -> None:
+        release = asyncio.Event()
+        started: list[int] = []
+
+        async def job(i: int) -> None:
+            started.append(i)
+            await release.wait()
+
+        async with AsyncScheduler(max_concurrency=2, backpressure=policy) as sched:
+            for i in range(5):
+                sched.schedule(1, job, args=(i,))
+            await sched.sleep(2)
+            stats = sched.stats()
+            if policy is Backpressure.BLOCK:
+                assert (stats.running, stats.queued, stats.dropped) == (2, 3, 0)
+            else:
+                assert (stats.running, stats.queued, stats.dropped) == (2, 0, 3)
+            release.set()
+            await sched.sleep(1)
+            stats = sched.stats()
+            assert (stats.running, stats.queued) == (0, 0)
+            assert len(started) == (5 if policy is Backpressure.BLOCK else 2)
 
     run(main)

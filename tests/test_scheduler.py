@@ -1040,3 +1040,35 @@ def test_the_default_sleep_time_takes_any_real_reading() -> None:
 
     assert FunctionClock(lambda: Decimal("1.5")).sleep_time(2.0) == 0.5
     assert FunctionClock(lambda: Decimal("3")).sleep_time(2.0) == 0.0
+
+
+# -- issue 25 --------------------------------------------------------------------------------------------
+
+
+def test_stats_running_counts_started_runs_and_queued_the_taken_ones(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    """Issue 25, item 16: a run handed to a driver and not started yet was counted as running; it is
+    queued, and running once the driver starts it."""
+    s = make(clock)
+    runs: list[Run] = []
+
+    class Holding(HoldingExecutor):  # takes runs, starts them only when told
+        def execute(self, run: Run) -> None:
+            runs.append(run)
+
+    for _ in range(3):
+        s.schedule(1, print)
+    clock.advance(1)
+    s.drain(clock(), Holding(s, clock))
+    stats = s.stats()
+    assert (stats.running, stats.queued) == (0, 3)
+    runs[0].start()
+    runs[1].drop()
+    stats = s.stats()
+    assert (stats.running, stats.queued, stats.dropped) == (1, 1, 1)
+    runs[0].finish()
+    runs[2].start()
+    assert (s.stats().running, s.stats().queued) == (1, 0)
+    runs[2].finish()
+    assert (s.stats().running, s.stats().queued, s.stats().executed) == (0, 0, 2)

@@ -799,3 +799,56 @@ def test_the_engine_wakes_the_driver_exactly_when_it_must(make: Any, clock: Manu
     wrong = [(key, due, at) for key, due, at in ran if at != due]
     assert not wrong, wrong[:5]
     assert len({key for key, _, _ in ran}) == len(ran)  # none twice
+
+
+# -- issue 25 --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", list(Backpressure))
+def test_stats_running_counts_the_runs_executing_now_and_queued_the_waiting_ones(
+    make: Any, clock: ManualClock, policy: Backpressure
+) -> None:
+    """Issue 25, item 16 (seed 003): with workers=4, queue_size=1 and DROP, 20 runs due at once gave
+    stats().running == 5: the run waiting for a worker was counted as running too."""
+    s = make(workers=4, queue_size=1, backpressure=policy)
+    gate = Gate()
+
+    def job() -> None:
+        if threading.current_thread().name != "timerwheel-driver":
+            gate.job()  # (RUN_INLINE: the driver's own runs return at once)
+
+    for _ in range(20):
+        s.schedule(1, job)
+    wait_until_idle(s)
+    clock.advance(1)
+    try:
+        gate.wait_started(4)
+        if policy is Backpressure.BLOCK:  # the driver holds the 6th run, waiting for room: neither
+            _settled_until(s, lambda: s.stats().queued == 1)
+        else:
+            _settle_while_blocked(s)
+        stats = s.stats()
+        assert (stats.running, stats.queued) == (4, 1)
+        assert stats.dropped == (15 if policy is Backpressure.DROP else 0)
+    finally:
+        gate.release.set()
+    wait_until_idle(s)
+    stats = s.stats()
+    assert (stats.running, stats.queued, stats.executed + stats.dropped) == (0, 0, 20)
+
+
+def test_stats_running_is_the_run_on_the_driver_thread(make: Any, clock: ManualClock) -> None:
+    """Issue 25, item 16, with workers=0: the job running on the driver thread is running, nothing is
+    queued, and the tasks due after it are neither."""
+    s = make(workers=0)
+    seen: list[tuple[int, int]] = []
+
+    def job() -> None:
+        stats = s.stats()
+        seen.append((stats.running, stats.queued))
+
+    for _ in range(3):
+        s.schedule(1, job)
+    clock.advance(1)
+    wait_until_idle(s)
+    assert seen == [(1, 0)] * 3 and s.stats().running == 0

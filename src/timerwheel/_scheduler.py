@@ -312,6 +312,7 @@ class Run:
         engine._waiting -= 1
         self._state = _STARTED
         engine._executed += 1
+        engine._running += 1
         if not task.repeat and task.live:  # a live task is in the table
             task.live = False
             engine._tasks.pop(task.id, None)  # a one-shot is finished once it starts
@@ -401,7 +402,6 @@ class Run:
         task = self._leave_waiting()
         self._state = _DONE
         task.running -= 1
-        engine._running -= 1
         engine._dropped += 1
         if not task.repeat and engine._tasks.get(task.id) is task:  # a dropped one-shot is over
             task.live = False
@@ -434,7 +434,6 @@ class Run:
         task = self._leave_waiting()
         self._state = _CANCELLED
         task.running -= 1
-        self._engine._running -= 1
 
     def _leave_waiting(self) -> _Task:
         """A taken run starts, or will not: it waits no more."""
@@ -807,8 +806,9 @@ class _Engine:
         self._propagate = propagate
         self._tasks: dict[int, _Task] = TaskTable()  # id -> _Task (compiled: mostly a list; see TaskTable)
         self._last_id = 0
-        self._executed = self._cancelled = self._running = self._dropped = self._skipped = self._failed = 0
-        self._waiting = 0  # runs taken and not started
+        self._executed = self._cancelled = self._dropped = self._skipped = self._failed = 0
+        self._running = 0  # runs started and not finished (executing now); Run.start() counts them
+        self._waiting = 0  # runs taken and not started (queued)
         self._others = 0  # entries in the store that are not tasks: plain timers and deadlines
         self._calls = 0  # drain() calls so far
         self._batch: list[tuple[int, Any]] = _NOTHING  # what drain() took out of the store and holds
@@ -1076,7 +1076,6 @@ class _Engine:
             return 0
         task.running += 1
         task.waiting = run
-        self._running += 1
         self._waiting += 1
         try:
             if driver is self:  # run_pending(): inline (the compiled build calls it without a lookup)
@@ -1254,7 +1253,9 @@ class _Engine:
 
     def stats(self) -> Stats:
         """A snapshot of the counters (see Stats). O(1) (from within a drain, O(what it holds)). `pending`
-        counts armed tasks, as pending() lists them; `queued` runs taken and not started."""
+        counts armed tasks, as pending() lists them; `running` runs started and not finished (executing
+        now); `queued` runs taken and not started (waiting for a worker or a slot): a run is in one of
+        the two from the moment drain() hands it over until it finishes, or is dropped or forgotten."""
         pending = len(self._store) - self._others
         for timer_id, item in self._batch:  # taken out of the store by drain(), not dealt with yet
             if type(item) is _Task:

@@ -107,12 +107,15 @@ class Stats:
         pending: tasks armed to run (waiting for their due).
         executed: runs started: counted when the job is called, so a run still going counts.
         cancelled: successful cancel() calls.
-        running: runs in flight: taken when due and not yet finished (waiting for a worker included).
+        running: runs executing now: started (the job called) and not yet finished. A run waiting for a
+            worker or a slot is not running: it is in `queued`.
         dropped: fires dropped by backpressure.
         skipped: fires skipped because the previous run was still going (SKIP_IF_RUNNING).
         failed: runs that raised an exception (counted in executed too).
-        queued: runs waiting for a worker (ThreadedScheduler) or a slot (AsyncScheduler's
-            max_concurrency) because every one is busy.
+        queued: runs taken when due and waiting to start: for a worker (ThreadedScheduler: the runs that
+            queue_size bounds, those beyond the idle workers) or a slot (AsyncScheduler's
+            max_concurrency) because every one is busy. Scheduler.run_pending() runs jobs inline:
+            never any.
         clock_errors: times a driver could not read its clock (it raised, or gave a value that is not a
             time, or one past the wheel's range); the driver logs each and retries.
     """
