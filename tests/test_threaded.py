@@ -526,9 +526,9 @@ def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backp
     wait_until_idle(s)  # the 4 workers wait for work
     clock.advance(1)
     gate.wait_started(4)  # 4 start at once, on the 4 workers
-    if policy is Backpressure.BLOCK:
-        _settled_until(s, lambda: s.stats().queued == 1)
-        assert s.stats().executed == 4 and s.stats().queued == 1  # the driver waits for room
+    if policy is Backpressure.BLOCK:  # 1 in the queue, and the one the driver holds, waiting for room
+        _settled_until(s, lambda: s.stats().queued == 2)
+        assert s.stats().executed == 4 and s.stats().queued == 2
     else:
         _settle_while_blocked(s)
         stats = s.stats()
@@ -648,7 +648,7 @@ def test_stress_every_task_runs_once_or_is_cancelled() -> None:
         for th in pool:
             th.join()
         end = time.monotonic() + 30
-        while s.stats().pending or s.stats().running:
+        while (stats := s.stats()).pending or stats.running or stats.queued:
             assert time.monotonic() < end
             time.sleep(0.01)  # real-clock test: waiting for the last dues (2 ms away) to pass
         assert s.stats().pending == 0
@@ -823,12 +823,12 @@ def test_stats_running_counts_the_runs_executing_now_and_queued_the_waiting_ones
     clock.advance(1)
     try:
         gate.wait_started(4)
-        if policy is Backpressure.BLOCK:  # the driver holds the 6th run, waiting for room: neither
-            _settled_until(s, lambda: s.stats().queued == 1)
+        if policy is Backpressure.BLOCK:  # 1 in the queue, and the 6th, which the driver holds
+            _settled_until(s, lambda: s.stats().queued == 2)
         else:
             _settle_while_blocked(s)
         stats = s.stats()
-        assert (stats.running, stats.queued) == (4, 1)
+        assert (stats.running, stats.queued) == (4, 2 if policy is Backpressure.BLOCK else 1)
         assert stats.dropped == (15 if policy is Backpressure.DROP else 0)
     finally:
         gate.release.set()

@@ -363,7 +363,7 @@ class DriverBase:
             if self._engine is None:
                 return Stats()
             stats = self._engine.stats()
-            return dataclasses.replace(stats, queued=self._queued(stats), clock_errors=self._clock_errors)
+            return dataclasses.replace(stats, clock_errors=self._clock_errors)
 
     @property
     def timers(self) -> int:
@@ -372,10 +372,6 @@ class DriverBase:
         self._check_caller()
         with self._lock:
             return self._engine.timers if self._engine is not None else 0
-
-    def _queued(self, stats: Stats) -> int:
-        """A hook: the runs waiting for a worker or a slot (the engine's count: taken, not started)."""
-        return stats.queued
 
     @property
     def errors(self) -> list[str]:

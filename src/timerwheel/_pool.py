@@ -6,7 +6,7 @@ The WorkerPool shares its owner's lock: every method of it is called with that l
 take it to pick up a run and to report it. Jobs themselves run with the lock released.
 
 A due run goes to an idle worker without taking a place in the queue: the pool holds at most
-(idle workers + queue_size) runs that no worker has picked up yet, and `queued` counts only those beyond
+(idle workers + queue_size) runs that no worker has picked up yet: queue_size bounds only those beyond
 the idle workers, the runs that wait because every worker is busy. (The driver hands runs over with the
 lock held, so a worker it wakes picks its run up only when the driver lets go of the lock: counting idle
 workers as room is what keeps a batch of due runs from being dropped while workers sit idle.)
@@ -83,11 +83,6 @@ class WorkerPool:
             thread.start()
         while self._idle < len(self._threads):
             self._has_room.wait()
-
-    def queued(self, waiting: int) -> int:
-        """Runs in the queue waiting for a worker because every worker is busy, out of the `waiting` runs
-        (those taken and not started, as the engine counts them: a run of a cancelled task is not one)."""
-        return max(0, self._in_queue(waiting) - self._idle)
 
     def _in_queue(self, waiting: int) -> int:
         """How many runs of the queue are live: the waiting ones, less those held by a blocked submit()."""

@@ -15,7 +15,7 @@ from typing import Any
 from ._clock import Clock, as_clock
 from ._engine import CALENDAR_WAKE, DriverBase, Run, TimerStore, log_safely
 from ._pool import WorkerPool
-from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError, Stats
+from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, member
 
 __all__ = ["ThreadedScheduler"]
@@ -211,11 +211,6 @@ class ThreadedScheduler(DriverBase):
             self.wait()
         with self._lock:
             self._engine.discard()
-
-    def _queued(self, stats: Stats) -> int:
-        """The runs waiting because every worker is busy: what queue_size bounds (the engine's count of
-        runs taken and not started, so a run whose task was cancelled while it waited counts no more)."""
-        return self._pool.queued(stats.queued) if self._pool is not None else 0
 
     def _holds_lock(self) -> bool:
         """Whether this thread holds the scheduler's lock (threading.RLock's own bookkeeping)."""

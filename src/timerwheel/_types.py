@@ -112,10 +112,12 @@ class Stats:
         dropped: fires dropped by backpressure.
         skipped: fires skipped because the previous run was still going (SKIP_IF_RUNNING).
         failed: runs that raised an exception (counted in executed too).
-        queued: runs taken when due and waiting to start: for a worker (ThreadedScheduler: the runs that
-            queue_size bounds, those beyond the idle workers) or a slot (AsyncScheduler's
-            max_concurrency) because every one is busy. Scheduler.run_pending() runs jobs inline:
-            never any.
+        queued: runs taken when due and waiting to start: for a worker (ThreadedScheduler: in its queue,
+            handed to a worker that has not picked it up yet, or, under Backpressure.BLOCK, the one the
+            driver holds while it waits for room) or a slot (AsyncScheduler's max_concurrency).
+            Scheduler.run_pending() runs jobs inline: never any. A run handed over is in `queued` until
+            it starts, then in `running` until it finishes (or neither, once dropped or forgotten): with
+            pending, running and queued all 0, nothing is left to run.
         clock_errors: times a driver could not read its clock (it raised, or gave a value that is not a
             time, or one past the wheel's range); the driver logs each and retries.
     """
