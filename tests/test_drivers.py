@@ -646,3 +646,48 @@ def test_the_missed_policy_is_the_drivers_default_or_the_tasks(h: Harness, misse
     h.stall(10.5)
     after = {Missed.DELAY: START + 10.5 + 1.0, Missed.SKIP: START + 11.0}
     assert sched.next_fire_time(default) == after[missed] and sched.next_fire_time(own) == after[other]
+
+
+# -- issue 25 --------------------------------------------------------------------------------------------
+
+
+def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(h: Harness) -> None:
+    """Issue 25, item 17 (seed 004): on every driver, a one-shot job cancelling its own task got False.
+    A running one-shot is not finished: True, then False; counted; it never runs again."""
+    sched = h.make()
+    seen: list[bool] = []
+    box: list[int] = []
+
+    def job() -> None:
+        seen.extend((sched.cancel(box[0]), sched.cancel(box[0])))
+
+    box.append(sched.schedule(1, job))
+    h.advance(1)
+    h.advance(10)
+    assert seen == [True, False]
+    stats = sched.stats()
+    assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (1, 1, 0, 0)
+    assert sched.cancel(box[0]) is False
+
+
+def test_a_running_one_shot_can_be_cancelled_from_outside(h: Harness) -> None:
+    """Issue 25, item 17: cancel() of a one-shot whose run is going on (held open) is True; the run is not
+    interrupted, and the task does not run again. A recurring task cancelled while it runs: the same."""
+    if not h.concurrent:
+        pytest.skip("a run held open while the test calls needs a worker or a task")
+    sched = h.make()
+    held = h.hold()
+    one = sched.schedule(1, held.job)
+    every = sched.schedule(1, held.job, 5.0)
+    try:
+        h.advance(1, held=2)
+        held.started(2)
+        assert sched.cancel(one) is True and sched.cancel(one) is False
+        assert sched.cancel(every) is True and sched.cancel(every) is False
+        assert sched.stats().running == 2
+    finally:
+        held.release()
+    h.advance(20)
+    stats = sched.stats()
+    assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (2, 2, 0, 0)
+    assert sched.errors == []

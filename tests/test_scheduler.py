@@ -295,15 +295,6 @@ def test_rule5_recurring_self_cancel_not_rearmed(make: MakeSched, clock: ManualC
     assert s.run_pending() == 0
 
 
-def test_one_shot_cancel_while_running_is_false(make: MakeSched, clock: ManualClock) -> None:
-    s = make(clock)
-    seen = []
-    tid = s.schedule(1, lambda: seen.append(s.cancel(tid)))
-    clock.advance(1)
-    s.run_pending()
-    assert seen == [False]  # a one-shot that has started is finished: nothing left to cancel
-
-
 def test_reschedule_other_taken_task_from_a_job(make: MakeSched, clock: ManualClock) -> None:
     """A task already taken in this call but not yet run, moved by an earlier job, runs at its new due."""
     s = make(clock)
@@ -1072,3 +1063,50 @@ def test_stats_running_counts_started_runs_and_queued_the_taken_ones(
     assert (s.stats().running, s.stats().queued) == (1, 0)
     runs[2].finish()
     assert (s.stats().running, s.stats().queued, s.stats().executed) == (0, 0, 2)
+
+
+def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    """Issue 25, item 17 (seed 004): a one-shot job cancelling its own task got False (a one-shot that had
+    started counted as finished). It is running, not finished: True once, then False; it is counted,
+    and it never runs again; once its run has finished, cancel() says False."""
+    s = make(clock)
+    seen: list[bool] = []
+
+    def job() -> None:
+        seen.extend((s.cancel(tid), s.cancel(tid), s.reschedule(tid, 0.0)))
+
+    tid = s.schedule(1, job)
+    later = s.schedule(2, print)
+    clock.advance(1)
+    assert s.run_pending() == 1
+    assert seen == [True, False, False]
+    stats = s.stats()
+    assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (1, 1, 0, 1)
+    clock.advance(10)
+    assert s.run_pending() == 1 and len(seen) == 3  # `later` ran; the cancelled one-shot did not
+    assert s.cancel(later) is False  # its run has finished
+    assert s.cancel(tid) is False and s.stats().cancelled == 1
+
+
+def test_a_running_one_shot_cancelled_by_the_driver_is_cancelled(make: MakeSched, clock: ManualClock) -> None:
+    """Issue 25, item 17, under a driver: cancel() of a one-shot whose run has started and not finished is
+    True; the run finishes as usual; the task does not come back (not pending, not rescheduled)."""
+    s = make(clock)
+    ex = HoldingExecutor(s, clock)
+    tid = s.schedule(1, print)
+    clock.advance(1)
+    assert ex.run_due() == 1 and s.stats().running == 1
+    assert s.reschedule(tid, 1.0) is False  # started: no next run to move
+    assert s.cancel(tid) is True and s.cancel(tid) is False
+    ex.finish_all()
+    clock.advance(5)
+    assert ex.run_due() == 0 and s.pending() == [] and s.next_fire_time(tid) is None
+    stats = s.stats()
+    assert (stats.cancelled, stats.executed, stats.running) == (1, 1, 0)
+    done = s.schedule(1, print)
+    clock.advance(1)
+    ex.run_due()
+    ex.finish_all()
+    assert s.cancel(done) is False  # finished

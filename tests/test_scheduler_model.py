@@ -35,6 +35,7 @@ class MTask:
     first_due: float
     behaviour: Behaviour
     armed: bool = True
+    running: bool = False
 
 
 def first_after(origin: float, interval: float, now: float) -> float:
@@ -88,8 +89,8 @@ class Model:
 
     def reschedule(self, tid: int, delay: float) -> bool:
         task = self.tasks.get(tid)
-        if task is None:
-            return False
+        if task is None or (task.interval is None and task.running):
+            return False  # a one-shot whose run started has no next run to move
         task.due = task.first_due = self.clock() + delay
         task.seq = self._next_seq()
         task.armed = True
@@ -124,15 +125,17 @@ class Model:
                     continue
                 ran_ids.add(tid)
                 task.armed = False
-                if task.interval is None:
-                    del self.tasks[tid]
                 self.log.append(tid)
                 self.executed += 1  # counted when the run starts
+                task.running = True  # (a one-shot stays in the table while it runs: it can be cancelled)
                 try:
                     run_job(task.behaviour)
                 except Exception as exc:
                     self.errors.append(f"task {tid}: {exc}")
                     self.failed += 1
+                task.running = False
+                if task.interval is None:
+                    self.tasks.pop(tid, None)  # finished once its run is
                 # re-armed after the job returned (inline), unless it cancelled or moved its own task
                 if task.interval is not None and not task.armed and self.tasks.get(tid) is task:
                     if task.mode is RepeatMode.FIXED_DELAY:

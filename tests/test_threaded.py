@@ -622,9 +622,10 @@ def test_every_worker_is_idle_when_start_returns(clock: ManualClock, policy: Bac
 def test_stress_every_task_runs_once_or_is_cancelled() -> None:
     """8 threads schedule and cancel 100k tasks each while the driver runs on the real clock.
 
-    Correctness only: every task either ran exactly once or was cancelled (cancel returned True), never
-    both, never neither, and nothing is left pending at the end. Dues are 0 to 2 ms away, so cancels race
-    with runs.
+    Correctness only: every task ran at most once, and ran or was cancelled (cancel returned True), never
+    neither; both only for a one-shot cancelled while its run went on, which cancel() still reports as
+    True (issue 25, item 17). Nothing is left pending at the end. Dues are 0 to 2 ms away, so cancels
+    race with runs.
     """
     threads, per_thread = 8, 100_000
     ran = bytearray(threads * per_thread)
@@ -652,7 +653,7 @@ def test_stress_every_task_runs_once_or_is_cancelled() -> None:
             assert time.monotonic() < end
             time.sleep(0.01)  # real-clock test: waiting for the last dues (2 ms away) to pass
         assert s.stats().pending == 0
-    assert all(r + c == 1 for r, c in zip(ran, cancelled, strict=True))
+    assert all(r <= 1 and r + c >= 1 for r, c in zip(ran, cancelled, strict=True))
     assert s.stats().executed == sum(ran) and s.stats().cancelled == sum(cancelled)
 
 

@@ -236,7 +236,7 @@ def _new_task(
     task.running = 0  # runs taken and not finished (a waiting one included)
     task.waiting = None  # its run taken but not started (waiting for a worker or a slot)
     task.last_call = 0  # the drain() call that last took it: at most one run per call
-    task.live = True  # False once cancelled or finished: read without a call (see Scheduler._arm)
+    task.live = True  # False once cancelled or finished (a one-shot: its run finished); see Scheduler._arm
     task.repeat = interval is not None  # recurring: an interval, or a Cron
     return task
 
@@ -313,11 +313,10 @@ class Run:
         self._state = _STARTED
         engine._executed += 1
         engine._running += 1
-        if not task.repeat and task.live:  # a live task is in the table
-            task.live = False
-            engine._tasks.pop(task.id, None)  # a one-shot is finished once it starts
-            if task.plan.wall is not None:
-                engine._cal.tasks.discard(task)
+        # A one-shot stays in the table while it runs (it can still be cancelled: rule 5), finished in
+        # finish(); once started it has no next run, so it leaves the calendar now.
+        if not task.repeat and task.plan.wall is not None:
+            engine._cal.tasks.discard(task)
         try:
             now = engine._read()
         except Exception:  # a clock that fails just now: the latest good reading (a driver will notice)
@@ -373,6 +372,9 @@ class Run:
                     finished = engine._reading(self.started_at)
         task.running -= 1
         engine._running -= 1
+        if not task.repeat and task.live:  # a one-shot is finished once its run is (a live task is in
+            task.live = False  # the table; one cancelled while it ran is out of it already)
+            engine._tasks.pop(task.id, None)
         deadline = self.deadline
         if deadline is not None and deadline.id is not None:
             engine._cancel_at(deadline.id)  # False while drain() holds it: it is skipped there
@@ -1288,7 +1290,8 @@ class Scheduler(_Engine):
        as its own next run comes first); under a driver that runs jobs elsewhere, when the run is handed
        over (so FIXED_RATE runs may overlap). The re-arm counts as scheduled at that moment. A job that
        cancelled or rescheduled its own task is not re-armed again.
-    3. A one-shot task is removed once its run starts. A recurring task (interval given) is re-armed for
+    3. A one-shot task runs once: it is finished once its run has finished (while it runs it has no next
+       run to reschedule, and can still be cancelled). A recurring task (interval given) is re-armed for
        due + interval; if that is not after now, `missed` decides (Missed.DELAY: now + interval;
        Missed.SKIP: the first point of the grid first_due + k * interval after now). A re-arm is always
        after now, however small the interval. A recurring task runs at most once per run_pending() call:
@@ -1300,7 +1303,9 @@ class Scheduler(_Engine):
        SystemExit) propagate after the run is accounted for; the tasks not yet run stay due.
     5. A job may cancel itself or any other task; a task cancelled by an earlier job of the same call does
        not run, and a recurring job that cancels itself is not re-armed. A run that has been taken but
-       not started (under a driver: waiting for a worker or a slot) can still be cancelled.
+       not started (under a driver: waiting for a worker or a slot) can still be cancelled. cancel()
+       returns True for a task that is scheduled, waiting or running (a one-shot included: its run goes
+       on, and it never runs again), and False only for an unknown, finished or cancelled one.
     6. A task that a job schedules with a due at or before the call's now runs in the same call, after the
        tasks already due.
     7. cancel and reschedule are O(1).
@@ -1486,9 +1491,13 @@ class Scheduler(_Engine):
     def cancel(self, task_id: int) -> bool:
         """Cancel a task: it will not start again. O(1).
 
+        A run in progress is not interrupted: it finishes, and the task is not re-armed after it. (A
+        one-shot cancelled while it runs does not run again; it counts in stats().cancelled.)
+
         Returns:
-            True if the task was scheduled, or its run taken and not started; False if unknown, finished
-            (a one-shot whose run has started counts as finished) or already cancelled.
+            True if the task was scheduled, running (a one-shot whose run has started and not finished
+            included), or its run taken and not started; False if unknown, finished (a one-shot whose
+            run has finished) or already cancelled.
         """
         if type(task_id) is not int:
             identifier(task_id, "task_id")
@@ -1513,7 +1522,8 @@ class Scheduler(_Engine):
         A recurring task then goes on from there: its grid (for Missed.SKIP) starts at the new due.
 
         Returns:
-            True if the task was scheduled; False (and nothing changes) if unknown, finished or cancelled.
+            True if the task was scheduled; False (and nothing changes) if unknown, finished or
+            cancelled, or a one-shot whose run has started (it has no next run to move).
 
         Raises:
             ValueError: delay < 0 or not finite.
@@ -1526,8 +1536,8 @@ class Scheduler(_Engine):
             if span < 0:
                 raise ValueError(f"delay must be >= 0, got {span!r}")
         task = self._tasks.get(task_id)
-        if task is None:
-            return False
+        if task is None or (task.running and not task.repeat and task.waiting is None):
+            return False  # (a one-shot whose run started: it has no next run to move)
         read = self._read()
         now = read if type(read) is float else _NAN
         if self._latest <= now < self._horizon:  # now(), inline: the common case
