@@ -1110,3 +1110,56 @@ def test_a_running_one_shot_cancelled_by_the_driver_is_cancelled(make: MakeSched
     ex.run_due()
     ex.finish_all()
     assert s.cancel(done) is False  # finished
+
+
+def test_a_slow_recurring_task_is_warned_of_once_then_only_when_twice_as_slow(
+    make: MakeSched, clock: ManualClock, caplog: Any
+) -> None:
+    """Issue 25, item 18: "task N ran X s, more than half its interval" was logged at every run of a task
+    that is always slow. Once per task, then again only for a run at least twice as long as the last
+    one logged; each task on its own."""
+    s = make(clock)
+    slow = {1: iter([0.6, 0.6, 0.7, 0.6, 1.3, 1.3, 2.0, 2.6]), 2: iter([0.6] * 8)}
+
+    def job(key: int) -> None:
+        clock.advance(next(slow[key]))
+
+    first = s.schedule(1, job, 1.0, args=(1,), mode=RepeatMode.FIXED_DELAY)
+    second = s.schedule(1, job, 1.0, args=(2,), mode=RepeatMode.FIXED_DELAY)
+    with caplog.at_level(logging.WARNING, logger="timerwheel"):
+        for _ in range(8):
+            clock.advance(1)
+            assert s.run_pending() == 2
+    said = [r.getMessage() for r in caplog.records if "more than half its interval" in r.getMessage()]
+    assert [m.split(" s,")[0] for m in said] == [
+        f"timerwheel: task {first} ran 0.600",
+        f"timerwheel: task {second} ran 0.600",
+        f"timerwheel: task {first} ran 1.300",
+        f"timerwheel: task {first} ran 2.600",
+    ]
+    assert all(r.name == "timerwheel" and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_nothing_reaches_logging_s_last_resort_handler_when_the_app_configured_none() -> None:
+    """Issue 25, item 18: with no logging configured, the scheduler's warnings and errors went to
+    logging.lastResort (stderr) at every run. The library's logger has a NullHandler, added once at
+    import, as a library's should."""
+    import subprocess
+
+    nulls = [h for h in logging.getLogger("timerwheel").handlers if type(h) is logging.NullHandler]
+    assert len(nulls) == 1
+    child = (
+        "import logging\n"
+        "from timerwheel import Scheduler\n"
+        "from timerwheel.testing import ManualClock\n"
+        "clock = ManualClock()\n"
+        "s = Scheduler(clock)\n"
+        "s.schedule(1, lambda: clock.advance(0.6), 1.0)\n"
+        "s.schedule(1, lambda: 1 / 0)\n"
+        "for _ in range(3):\n"
+        "    clock.advance(1)\n"
+        "    s.run_pending()\n"
+        "assert not logging.getLogger().handlers and s.errors\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -6,6 +6,7 @@ wheel-backed timeouts; HeapScheduler is the same engine on a binary heap, for
 comparisons. timerwheel.testing has ManualClock and VirtualTimeLoop for tests.
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._clock import Clock
@@ -32,6 +33,10 @@ from ._types import (
     TimerWheelError,
 )
 from ._version import __version__
+
+# A library's logger does not print unless the application configures logging: without a handler of
+# its own, a warning would go to logging's last-resort handler (stderr). Once, here, at import.
+logging.getLogger("timerwheel").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from ._asyncio import AsyncScheduler, TimerHandle

@@ -177,7 +177,7 @@ class _Plan:
     never written to: a task that would change it gets its own first (_own_plan). That keeps a one-shot's
     record small (docs/performance.md). A one-shot's `missed` is not kept: it never repeats."""
 
-    __slots__ = ("cron", "first_due", "interval", "missed", "mode", "overdue", "wall")
+    __slots__ = ("cron", "first_due", "interval", "missed", "mode", "overdue", "wall", "warned")
     interval: float | None
     mode: RepeatMode
     missed: Missed
@@ -185,6 +185,7 @@ class _Plan:
     cron: Any
     wall: float | None
     overdue: bool
+    warned: float
 
     def __init__(self, interval: float | None, mode: RepeatMode, missed: Missed, first_due: float) -> None:
         self.interval = interval
@@ -194,6 +195,7 @@ class _Plan:
         self.cron = None  # a calendar task's Cron (its points are wall-clock times), or None
         self.wall = None  # a calendar task's due on the wall clock (POSIX seconds), or None
         self.overdue = False  # FIXED_DELAY: came due (moved by reschedule) while a run went on
+        self.warned = 0.0  # the duration of the last run warned of as longer than half the interval
 
 
 _ONE_SHOT = _Plan(None, RepeatMode.FIXED_RATE, Missed.DELAY, 0.0)  # shared, never written to
@@ -712,15 +714,23 @@ class _Reports:
             self._call(self.error_handler, (task_id, error), "the error_handler raised for task %d", task_id)
 
     def warn(self, task: _Task, duration: float, timed_out: bool) -> None:
-        """A run past its timeout, or longer than half its task's interval."""
+        """A run past its timeout (each one), or longer than half its task's interval.
+
+        The second is about the task, not the run: it is logged for the first such run of a task, then
+        again only for a run at least twice as long as the last one logged (a job that keeps getting
+        slower is still seen; one that is always slow is told once, not at every run: at most about
+        log2(duration / interval) + 2 lines per task, however long it lives).
+        """
         if timed_out:
             self.log(logging.WARNING, "timerwheel: task %d ran %.3f s, past its timeout", task.id, duration)
-        interval = task.plan.interval
-        if interval is not None and duration > interval / 2:
+        plan = task.plan
+        interval = plan.interval
+        if interval is not None and duration > interval / 2 and duration >= 2 * plan.warned:
+            plan.warned = duration  # (the task's own plan: a recurring one's)
             self.log(
                 logging.WARNING,
                 "timerwheel: task %d ran %.3f s, more than half its interval of %.3f s: the interval is "
-                "probably the wrong knob",
+                "probably the wrong knob (said again only for a run at least twice as long)",
                 task.id,
                 duration,
                 interval,

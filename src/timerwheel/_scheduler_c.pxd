@@ -29,6 +29,7 @@ cdef class _Plan:
     cdef public object cron
     cdef public object wall
     cdef public bint overdue
+    cdef public double warned
 
 
 cdef class _Task:
