@@ -1542,3 +1542,50 @@ def test_stats_running_counts_the_jobs_executing_now_and_queued_the_waiting_ones
             assert len(started) == (5 if policy is Backpressure.BLOCK else 2)
 
     run(main)
+
+
+def test_stats_count_handles_timeouts_and_sleeps_apart() -> None:
+    """Issue 25, item 20: AsyncScheduler's call_later handles, timeouts and sleeps were invisible in
+    stats(). Each kind is counted while armed on the wheel: a move (reset, reschedule) changes no count;
+    a cancel, a fire, an exit or an expiry takes it off."""
+
+    def kinds(sched: AsyncScheduler) -> tuple[int, int, int, int, int]:
+        stats = sched.stats()
+        return (stats.timers, stats.handles, stats.timeouts, stats.sleeps, stats.keys + stats.deadlines)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            boxes: list[Any] = []
+
+            async def guarded() -> None:
+                async with sched.timeout(30) as cm:
+                    boxes.append(cm)
+                    await asyncio.sleep(100)
+
+            first = sched.call_later(10, print)
+            sched.call_at(loop.time() + 20, print)
+            sched.call_later(math.inf, print)  # never: not on the wheel
+            tasks = [loop.create_task(sched.sleep(5)) for _ in range(2)]
+            tasks.append(loop.create_task(guarded()))
+            await asyncio.sleep(0)
+            assert kinds(sched) == (5, 2, 1, 2, 0)
+            assert first.reset(15.0) and kinds(sched) == (5, 2, 1, 2, 0)
+            first.cancel()
+            assert kinds(sched) == (4, 1, 1, 2, 0)
+            await asyncio.sleep(6)  # (the loop's own sleep) the two sleeps are over
+            assert kinds(sched) == (2, 1, 1, 0, 0)
+            boxes[0].reschedule(loop.time() + 40)
+            assert kinds(sched) == (2, 1, 1, 0, 0)
+            await asyncio.sleep(15)  # the handle at 20 fires
+            assert kinds(sched) == (1, 0, 1, 0, 0)
+            with pytest.raises(TimeoutError):
+                await tasks[2]  # expires at 46
+            assert kinds(sched) == (0, 0, 0, 0, 0)
+            async with sched.timeout(5):
+                assert kinds(sched) == (1, 0, 1, 0, 0)
+            assert kinds(sched) == (0, 0, 0, 0, 0)  # exited: disarmed
+            sched.call_later(50, print)
+        assert kinds(sched) == (0, 0, 0, 0, 0)  # closed: on the loop's own timers now
+
+    run(main)

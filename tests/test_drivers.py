@@ -691,3 +691,45 @@ def test_a_running_one_shot_can_be_cancelled_from_outside(h: Harness) -> None:
     stats = sched.stats()
     assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (2, 2, 0, 0)
     assert sched.errors == []
+
+
+def test_stats_count_keyed_schedulers_armed_keys(h: Harness) -> None:
+    """Issue 25, item 20: a KeyedScheduler's keys (WallTimers of the engine) were invisible in the driver's
+    stats(): `keys` counts those armed for their next run, `timers` includes them."""
+    from datetime import timedelta
+
+    from timerwheel import KeyedScheduler
+
+    sched = h.make()
+    k = KeyedScheduler(sched, lambda now, key, data: now + timedelta(seconds=5), lambda key, data: None)
+    k.start()
+    for key in "abc":
+        k.upsert(key)
+    assert (sched.stats().keys, sched.stats().timers) == (3, 3)
+    assert k.remove("a")
+    assert sched.stats().keys == 2
+    h.advance(5)  # b and c run, and are armed again
+    h.settle()
+    stats = sched.stats()
+    assert (stats.keys, stats.timers, stats.executed) == (2, 2, 2)
+    if isinstance(h, Loop):
+        h.loop.run_until_complete(k.aclose())
+    else:
+        k.close()
+    assert sched.stats().keys == 0
+
+
+def test_stats_count_the_deadlines_of_the_runs_going_on(h: Harness) -> None:
+    """Issue 25, item 20: a run given a `timeout` has a deadline while it runs: stats().deadlines."""
+    sched = h.make()
+    seen: list[tuple[int, int]] = []
+
+    def job() -> None:
+        stats = sched.stats()
+        seen.append((stats.deadlines, stats.timers))
+
+    sched.schedule(1, job, timeout=10)
+    sched.schedule(1, job)
+    h.advance(1)
+    h.advance(1)
+    assert seen == [(1, 1), (0, 0)] and sched.stats().deadlines == 0

@@ -1163,3 +1163,80 @@ def test_nothing_reaches_logging_s_last_resort_handler_when_the_app_configured_n
     )
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+class _Key(_Recorded):
+    kind = "keys"
+
+
+class _Handle(_Recorded):
+    kind = "handles"
+
+
+def test_stats_count_the_armed_timers_by_kind(make: MakeSched, clock: ManualClock) -> None:
+    """Issue 25, item 20: plain timers (KeyedScheduler keys, AsyncScheduler handles, timeouts, sleeps) and
+    run deadlines were invisible in stats(). They are counted by their class's `kind`, as they are armed,
+    fired, cancelled and released; a timer of no kind of its own counts in `timers` only."""
+    s = make(clock)
+    log: list[Any] = []
+    keys = [_Key(log, f"k{i}") for i in range(3)]
+    handle, plain = _Handle(log, "h"), _Recorded(log, "t")
+    for i, key in enumerate(keys):
+        s.add_timer(key, clock() + 1 + i)
+    s.add_timer(handle, clock() + 1)
+    s.add_timer(plain, clock() + 5)
+    s.schedule(1, print)
+    stats = s.stats()
+    assert (stats.pending, stats.timers, stats.keys, stats.handles, stats.timeouts, stats.sleeps) == (
+        1,
+        5,
+        3,
+        1,
+        0,
+        0,
+    )
+    assert s.timers == 5 and stats.deadlines == 0
+    assert s.move_timer(keys[0], clock() + 10) and s.stats().keys == 3  # a move changes no count
+    assert s.cancel_timer(keys[1]) and not s.cancel_timer(keys[1])
+    assert s.stats().keys == 2
+    clock.advance(3)
+    s.run_pending()  # the handle and keys[2] fire
+    stats = s.stats()
+    assert (stats.timers, stats.keys, stats.handles, log) == (2, 1, 0, ["h", "k2"])
+    released = s.release_timers()
+    assert released == [plain, keys[0]] and s.stats() == Stats(executed=1)
+
+
+def test_stats_count_the_deadlines_of_runs_going_on(make: MakeSched, clock: ManualClock) -> None:
+    """Issue 25, item 20: a started run given a `timeout` has a deadline in the store: counted in
+    `deadlines` (and `timers`) until it finishes or times out; a run without one has none."""
+    s = make(clock)
+    ex = HoldingExecutor(s, clock)
+    s.schedule(1, print, options=RunOptions(timeout=5.0))
+    s.schedule(1, print, options=RunOptions(timeout=2.0))
+    s.schedule(1, print)
+    clock.advance(1)
+    assert ex.run_due() == 3
+    assert (s.stats().deadlines, s.stats().timers) == (2, 2)
+    clock.advance(3)
+    ex.run_due()  # the 2 s deadline passes: the run is told, and its deadline is gone
+    assert (s.stats().deadlines, s.stats().timers, ex.open[1].timed_out) == (1, 1, True)
+    ex.finish_all()
+    assert (s.stats().deadlines, s.stats().timers) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "message"),
+    [
+        ("timer", ValueError, r"Bad\.kind must be one of \('timers', 'keys', 'handles'"),
+        ("deadlines", ValueError, r"Bad\.kind must be one of"),
+        (2, TypeError, r"Bad\.kind must be a str .*, not 2"),
+    ],
+)
+def test_a_timer_class_of_an_unknown_kind_is_refused_when_made(
+    kind: Any, error: type[Exception], message: str
+) -> None:
+    """Issue 25, item 20: a Timer subclass names its kind in a class attribute, checked once, when the
+    class is made (the engine reads it at every arm and disarm, unchecked)."""
+    with pytest.raises(error, match=message):
+        type("Bad", (Timer,), {"__slots__": (), "kind": kind})

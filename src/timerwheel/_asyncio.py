@@ -48,6 +48,7 @@ class TimerHandle(Timer):
     """
 
     __slots__ = ("_args", "_callback", "_context", "_fallback", "_sched", "_state", "_store", "_when")
+    kind = "handles"  # (what stats() counts it as; the timeouts' and sleeps' own below)
 
     def __init__(
         self,
@@ -184,6 +185,20 @@ class TimerHandle(Timer):
         self._call()
 
 
+class _TimeoutHandle(TimerHandle):
+    """The wheel entry of a Timeout's deadline: counted apart in stats().timeouts."""
+
+    __slots__ = ()
+    kind = "timeouts"
+
+
+class _SleepHandle(TimerHandle):
+    """The wheel entry of a sleep(): counted apart in stats().sleeps."""
+
+    __slots__ = ()
+    kind = "sleeps"
+
+
 def _plus(now: float, delay: float) -> float:
     """now + delay, where a delay beyond the floats is infinitely far (as call_later takes it)."""
     try:
@@ -230,7 +245,7 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
         """
         handle = self._timeout_handler
         if (
-            type(handle) is TimerHandle
+            type(handle) is _TimeoutHandle
             and handle.id is not None
             and type(when) is float
             and self._state is _ENTERED
@@ -280,7 +295,7 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                 handle.cancel()
             self._timeout_handler = loop.call_soon(self._on_timeout)
             return
-        timer = sched._call_at(when, self._on_timeout)
+        timer = sched._call_at(when, self._on_timeout, _TimeoutHandle)
         self._when = when
         if handle is not None:
             handle.cancel()
@@ -560,7 +575,7 @@ class AsyncScheduler(DriverBase):
             return result
         future = loop.create_future()
         timer = self._call_at(
-            _plus(self._time(), delay), partial(_set_result_unless_cancelled, future, result)
+            _plus(self._time(), delay), partial(_set_result_unless_cancelled, future, result), _SleepHandle
         )
         try:
             return await future
@@ -637,9 +652,10 @@ class AsyncScheduler(DriverBase):
         self._arm_timer(timer)
         return timer
 
-    def _call_at(self, when: float, callback: Callable[[], object]) -> TimerHandle:
-        """Call callback() at the loop time `when`, with no context: the timeouts' and sleeps' timers."""
-        timer = TimerHandle(self, when, callback)
+    def _call_at(self, when: float, callback: Callable[[], object], kind: type[TimerHandle]) -> TimerHandle:
+        """Call callback() at the loop time `when`, with no context: the timeouts' and sleeps' timers (a
+        TimerHandle subclass of their own `kind`, which stats() counts)."""
+        timer = kind(self, when, callback)
         self._arm_timer(timer)
         return timer
 

@@ -131,6 +131,7 @@ _new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level cal
 class _Key(WallTimer):
     """A key's record, and its one timer: a WallTimer of the engine armed at its next run (`wall`)."""
 
+    kind = "keys"  # what the engine's stats() counts it as
     __slots__ = (
         "catch_up",
         "contexts",

@@ -67,6 +67,15 @@ _FIXED_RATE = RepeatMode.FIXED_RATE
 #: time, whatever the offset said when it was armed.)
 _WALL_STEP = 0.001
 _MAX_ID = 1 << 63  # timer ids are below this (see TimerStore)
+#: The kinds of plain timer that stats() counts apart (its fields of these names): a Timer subclass names
+#: its own in its class attribute `kind`; "timers" (Timer's) is no kind of its own, counted only in the
+#: total, Stats.timers. The engine keeps one count per kind, and one for run deadlines, after them.
+TIMER_KINDS = ("timers", "keys", "handles", "timeouts", "sleeps")
+_KEYS, _HANDLES, _TIMEOUTS, _SLEEPS = 1, 2, 3, 4  # (their indexes in TIMER_KINDS)
+_DEADLINES = len(TIMER_KINDS)  # (the index of the run deadlines' count)
+_KINDS = _DEADLINES + 1
+if _COMPILED and _KINDS != 6:  # (the size of _Engine._timers in _scheduler_c.pxd)
+    raise ImportError(f"_scheduler_c.pxd keeps 6 counts of timers, and the engine has {_KINDS} kinds")
 
 
 class TimerStore(Protocol):
@@ -338,7 +347,7 @@ class Run:
                 pass
             else:
                 self.deadline = deadline
-                engine._others += 1
+                engine._timers[_DEADLINES] += 1
                 if deadline.due < engine._wake_below and not engine._draining:
                     engine._wake(deadline.due)
         return self.started_at
@@ -381,7 +390,7 @@ class Run:
         if deadline is not None and deadline.id is not None:
             engine._cancel_at(deadline.id)  # False while drain() holds it: it is skipped there
             deadline.id = None
-            engine._others -= 1
+            engine._timers[_DEADLINES] -= 1
         timed_out = self.timed_out or (timeout is not None and finished - self.started_at > timeout)
         if error is not None:
             engine._failed += 1
@@ -492,7 +501,7 @@ class _Deadline:
     def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:
             self.id = None
-            engine._others -= 1
+            _count(engine, _DEADLINES, -1)
             self.run._time_out(driver)
         return 0
 
@@ -508,9 +517,25 @@ class Timer:
     due, drain() calls its fire(). `id` is its entry in the store while armed, None otherwise; `due` the
     time it is armed at. A fire() that raises is logged; KeyboardInterrupt and SystemExit propagate (what
     the scheduler's `propagate` says), and the timers not yet run in that drain stay due.
+
+    `kind`, a class attribute, is what stats() counts its armed timers as: one of TIMER_KINDS ("keys",
+    "handles", "timeouts", "sleeps"), or "timers" (the default: counted only in Stats.timers). It is read
+    when the subclass is made (a kind that is not one of them is refused then, naming the class).
     """
 
     __slots__ = ("due", "id")
+    kind = "timers"
+    _kind = 0  # `kind` as an index of the engine's counts, set when a subclass is made: read per operation
+
+    @classmethod
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.kind
+        if type(kind) is not str:
+            raise TypeError(f"{cls.__name__}.kind must be a str (one of {TIMER_KINDS}), not {kind!r}")
+        if kind not in TIMER_KINDS:
+            raise ValueError(f"{cls.__name__}.kind must be one of {TIMER_KINDS}, not {kind!r}")
+        cls._kind = TIMER_KINDS.index(kind)
 
     def __init__(self) -> None:
         self.due = 0.0
@@ -522,11 +547,11 @@ class Timer:
     def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:  # not cancelled or moved by an earlier item of this batch
             self.id = None
-            engine._others -= 1
+            _count(engine, _kind_of(engine, self), -1)
             try:
                 self.fire()
             except BaseException as exc:
-                if isinstance(exc, engine._propagate):
+                if isinstance(exc, engine._reports.propagate):
                     raise
                 engine._log(logging.ERROR, "timerwheel: a timer's callback raised (%r)", exc, exc_info=exc)
         return 0
@@ -559,7 +584,7 @@ class WallTimer(Timer):
                 wall_now = engine._cal.now
             if wall_now < self.wall:  # never before its wall time: wait the rest
                 self.id = None
-                engine._others -= 1
+                _count(engine, _kind_of(engine, self), -1)  # (add_timer() counts it again)
                 engine.add_timer(self, now + (self.wall - wall_now))
                 return 0
         return Timer._due(self, engine, timer_id, now, driver)
@@ -613,6 +638,37 @@ def _clock_value(value: Any) -> float:
         return seconds(value, "the clock's reading")
     except (TypeError, ValueError, OverflowError) as exc:
         raise type(exc)(f"{exc} (the scheduler's clock returned {value!r})") from None
+
+
+def _count(engine: _Engine, kind: int, change: int) -> None:
+    """Add `change` to the engine's count of armed plain timers of `kind` (an index of TIMER_KINDS, or
+    _DEADLINES: one from _kind_of(), which checks it): for the Timers' own methods, whose `engine` the
+    compiled build does not know the C type of. (The engine's methods write engine._timers directly.)"""
+    engine._timers[kind] += change
+
+
+def _kind_of(engine: _Engine, timer: Timer) -> int:
+    """The kind of a timer (its class's `_kind`, an index of the engine's counts), through the engine's
+    cache of one entry: `_kind_class`, the class last asked, and `_kind_index`, its kind.
+
+    A class attribute read through an instance is a generic attribute lookup in both builds (CPython
+    3.11 does not specialise it): in the compiled one about 130 instructions per arm, and again per
+    disarm, 2.5% of a call_later + cancel. A program arms timers of one class mostly (handles, or keys),
+    and the cache (two C fields there) makes that a compare of the type. The engine's hot methods
+    (add_timer, cancel_timer, add_wall_timer) test it inline and call this only on a miss. A miss costs
+    the read, a check and two stores, with no call or allocation in between (nothing can re-enter and
+    see half of it): an index out of range (a class's `_kind` changed by hand) counts as "timers", so
+    that the compiled build's counts, a C array, are never written out of it.
+    """
+    cls = type(timer)
+    if cls is engine._kind_class:
+        return engine._kind_index
+    kind = timer._kind
+    if not 0 <= kind < _DEADLINES:
+        kind = 0
+    engine._kind_class = cls
+    engine._kind_index = kind
+    return kind
 
 
 def _no_wake(due: float) -> None:
@@ -766,6 +822,8 @@ class _Engine:
     the rules are written in Scheduler's docstring.
     """
 
+    _timers: list[int]  # (for type checkers: set in __init__; the compiled build declares it in C)
+
     def __init__(
         self,
         clock: Clock | Callable[[], float] | None = None,
@@ -815,16 +873,22 @@ class _Engine:
         self._reports = _Reports(
             observer, error_handler, logger or logging.getLogger("timerwheel"), propagate
         )
-        self._propagate = propagate
         self._tasks: dict[int, _Task] = TaskTable()  # id -> _Task (compiled: mostly a list; see TaskTable)
         self._last_id = 0
         self._executed = self._cancelled = self._dropped = self._skipped = self._failed = 0
         self._running = 0  # runs started and not finished (executing now); Run.start() counts them
         self._waiting = 0  # runs taken and not started (queued)
-        self._others = 0  # entries in the store that are not tasks: plain timers and deadlines
+        # Entries in the store that are not tasks, by kind (see _count): plain timers and run deadlines.
+        # The compiled build's is a C array, zeroed when the engine is made.
+        if not _COMPILED:  # (setattr: the compiled build may not write it)
+            setattr(self, "_timers", [0] * _KINDS)  # noqa: B010
+        # _kind_of()'s cache. (The Python engine keeps 29 attributes: one more made each attribute read
+        # of it slower on CPython 3.11, 2% of a call_later + cancel, so `propagate` is read from
+        # _reports, and drain()'s deferred tasks are a local.)
+        self._kind_class: type | None = None
+        self._kind_index = 0
         self._calls = 0  # drain() calls so far
         self._batch: list[tuple[int, Any]] = _NOTHING  # what drain() took out of the store and holds
-        self._deferred: list[_Task] = []  # recurring tasks due again in this drain() call: the next one
         self._draining = False  # a job calling run_pending() again would break the once-per-call rule
         self._driver: Driver = self
         self._wake: Callable[[float], None] = _no_wake  # the bound driver's wake (none for run_pending)
@@ -858,7 +922,14 @@ class _Engine:
     @property
     def timers(self) -> int:
         """How many plain timers and run deadlines are armed (tasks are stats().pending). O(1)."""
-        return self._others
+        return self._armed_timers()
+
+    def _armed_timers(self) -> int:
+        """The sum of the counts by kind."""
+        total = 0
+        for kind in range(_KINDS):
+            total += self._timers[kind]
+        return total
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} pending={len(self._store)} running={self._running}>"
@@ -923,9 +994,11 @@ class _Engine:
 
     def add_timer(self, timer: Timer, due: float) -> None:
         """Arm a plain timer (not armed) at `due`, a finite time. O(1). OverflowError beyond the store."""
+        # (first: a timer that is not a Timer raises here, with nothing changed; _kind_of()'s cache, inline)
+        kind = self._kind_index if type(timer) is self._kind_class else _kind_of(self, timer)
         timer.id = self._add_at(due, timer)
         timer.due = due
-        self._others += 1
+        self._timers[kind] += 1
         if due < self._wake_below and not self._draining:
             self._wake(due)
 
@@ -944,11 +1017,12 @@ class _Engine:
         Also right after drain() took it out of the store and before it fired (an earlier item of the same
         batch cancels it): drain() then skips it, since its id is gone.
         """
+        kind = self._kind_index if type(timer) is self._kind_class else _kind_of(self, timer)  # (inline)
         timer_id, timer.id = timer.id, None
         if timer_id is None:
             return False
         self._cancel_at(timer_id)  # False when drain() holds it: it is skipped there
-        self._others -= 1
+        self._timers[kind] -= 1
         return True
 
     def release_timers(self) -> list[Timer]:
@@ -967,7 +1041,8 @@ class _Engine:
                 else:
                     item.timer_id = 0
                     kept.append(item)
-        self._others = 0
+        for kind in range(_KINDS):
+            self._timers[kind] = 0
         for task in kept:  # the store moved on to the last due: tasks go back where they were
             if task.live:
                 self._arm(task, task.due)
@@ -1007,6 +1082,7 @@ class _Engine:
         started = 0
         batch: list[tuple[int, Any]] = []
         taken = 0  # entries of `batch` dealt with
+        deferred: list[_Task] | None = None  # recurring tasks due again in this call: the next one's
         if self._cal.tasks or self._cal.groups:  # a wall clock that stepped moves the calendar first
             self._cal.follow(now, store)
         self._draining = True
@@ -1026,7 +1102,9 @@ class _Engine:
                     if task.timer_id == timer_id and task.live:  # not cancelled or moved meanwhile
                         task.timer_id = 0
                         if task.last_call == calls:  # a recurring task runs at most once per drain()
-                            self._deferred.append(task)
+                            if deferred is None:
+                                deferred = []
+                            deferred.append(task)
                         else:
                             started += self._fire(task, now, driver)
         finally:
@@ -1034,10 +1112,10 @@ class _Engine:
             for timer_id, item in batch[taken:]:
                 item._put_back(self, timer_id)
             self._batch = _NOTHING
-            deferred, self._deferred = self._deferred, []
-            for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
-                if not task.timer_id and task.live:
-                    self._arm(task, task.due)
+            if deferred is not None:
+                for task in deferred:  # unless a later job cancelled it, or rescheduled it (which armed it)
+                    if not task.timer_id and task.live:
+                        self._arm(task, task.due)
             self._draining = False
 
     def execute(self, run: Run) -> None:
@@ -1176,10 +1254,11 @@ class _Engine:
     def add_wall_timer(self, timer: WallTimer, wall: float) -> None:
         """Arm a WallTimer (not armed) at the wall-clock time `wall` (POSIX seconds, finite). O(1)."""
         due = wall - self._cal.offset
+        kind = self._kind_index if type(timer) is self._kind_class else _kind_of(self, timer)
         timer.id = self._add_at(due, timer)  # add_timer(), inline
         timer.due = due
         timer.wall = wall
-        self._others += 1
+        self._timers[kind] += 1
         if due < self._wake_below and not self._draining:
             self._wake(due)
 
@@ -1268,12 +1347,13 @@ class _Engine:
         counts armed tasks, as pending() lists them; `running` runs started and not finished (executing
         now); `queued` runs taken and not started (waiting for a worker or a slot): a run is in one of
         the two from the moment drain() hands it over until it finishes, or is dropped or forgotten."""
-        pending = len(self._store) - self._others
+        timers = self._armed_timers()
+        pending = len(self._store) - timers
         for timer_id, item in self._batch:  # taken out of the store by drain(), not dealt with yet
             if type(item) is _Task:
                 pending += item.timer_id == timer_id
             else:
-                pending += item.id == timer_id  # an armed plain timer or deadline, counted in _others
+                pending += item.id == timer_id  # an armed plain timer or deadline, counted in _timers
         return Stats(
             pending=pending,
             executed=self._executed,
@@ -1283,6 +1363,12 @@ class _Engine:
             skipped=self._skipped,
             failed=self._failed,
             queued=self._waiting,
+            timers=timers,
+            keys=self._timers[_KEYS],
+            handles=self._timers[_HANDLES],
+            timeouts=self._timers[_TIMEOUTS],
+            sleeps=self._timers[_SLEEPS],
+            deadlines=self._timers[_DEADLINES],
         )
 
 

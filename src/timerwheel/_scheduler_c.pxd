@@ -9,6 +9,7 @@ from timerwheel._core_c cimport TaskTable as _CTable
 from timerwheel._core_c cimport TimerWheel as _CWheel
 
 cdef double _INF, _NAN
+cdef Py_ssize_t _KEYS, _HANDLES, _TIMEOUTS, _SLEEPS, _DEADLINES, _KINDS
 cdef bint _COMPILED
 cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _FIXED_RATE, _NO_OPTIONS
 
@@ -99,13 +100,14 @@ cdef class _Engine:
     cdef public double _horizon
     cdef public double _latest
     cdef public _Reports _reports
-    cdef public object _propagate
     cdef public _CTable _tasks
     cdef public long long _last_id
     cdef public long long _executed, _cancelled, _running, _dropped, _skipped, _failed
-    cdef public long long _waiting, _others, _calls
+    cdef public long long _waiting, _calls
+    cdef long long _timers[6]  # by kind: TIMER_KINDS, then run deadlines (_KINDS of them; see _count)
+    cdef object _kind_class
+    cdef Py_ssize_t _kind_index
     cdef public list _batch
-    cdef public list _deferred
     cdef public bint _draining
     cdef public object _driver
     cdef public object _wake
@@ -114,7 +116,7 @@ cdef class _Engine:
     cdef dict __dict__  # attributes of the user's own, as on any Python object
     cdef object __weakref__  # weakref.ref(sched), WeakMethod(sched.run_pending), weakref.finalize
 
-    @cython.locals(task=_Task, calls="long long", started=int, taken="Py_ssize_t", batch=list)
+    @cython.locals(task=_Task, calls="long long", started=int, taken="Py_ssize_t", batch=list, deferred=list)
     cpdef int drain(self, double now, object driver=*) except -1
 
     cpdef execute(self, Run run)
@@ -125,11 +127,16 @@ cdef class _Engine:
     @cython.locals(timer_id="long long")
     cpdef _arm(self, _Task task, double due)
 
+    @cython.locals(kind="Py_ssize_t")
     cpdef add_timer(self, object timer, double due)
 
     cpdef move_timer(self, object timer, double due)
 
+    @cython.locals(kind="Py_ssize_t")
     cpdef cancel_timer(self, object timer)
+
+    @cython.locals(total="long long", kind="Py_ssize_t")
+    cpdef long long _armed_timers(self) except -1
 
     @cython.locals(wheel=_CWheel, timer_id=object)
     cpdef long long _add_at(self, double due, object item) except -1
@@ -168,6 +175,12 @@ cdef class Scheduler(_Engine):
 
 @cython.locals(run=Run)
 cdef Run _new_run(_Engine engine, _Task task, double scheduled_for)
+
+
+cdef int _count(_Engine engine, Py_ssize_t kind, long long change) except -1
+
+@cython.locals(kind="Py_ssize_t")
+cdef inline Py_ssize_t _kind_of(_Engine engine, object timer) except? -1
 
 
 @cython.locals(task=_Task)

@@ -120,6 +120,19 @@ class Stats:
             pending, running and queued all 0, nothing is left to run.
         clock_errors: times a driver could not read its clock (it raised, or gave a value that is not a
             time, or one past the wheel's range); the driver logs each and retries.
+        timers: plain timers and run deadlines armed: what is pending besides tasks, the sum of the five
+            counts below and of any timer of a kind of its own (a driver's; see Timer.kind).
+        keys: KeyedScheduler keys armed for their next run (a key running, disabled or done has none).
+        handles: AsyncScheduler call_later() and call_at() handles pending (on the wheel: one with an
+            infinite delay is not armed).
+        timeouts: AsyncScheduler timeout() and timeout_at() deadlines armed (entered, not expired,
+            exited or disabled).
+        sleeps: AsyncScheduler sleep() calls waiting for their delay.
+        deadlines: run deadlines armed: runs going on that were given a `timeout`.
+
+    Every count is kept as it changes, so stats() is O(1) (see Scheduler.stats). Example, an
+    AsyncScheduler serving: Stats(pending=3, ..., timers=1204, keys=0, handles=2, timeouts=1200,
+    sleeps=2, deadlines=0): 1200 requests inside a timeout(), two sleeps, two call_later handles.
     """
 
     pending: int = 0
@@ -131,6 +144,12 @@ class Stats:
     failed: int = 0
     queued: int = 0
     clock_errors: int = 0
+    timers: int = 0
+    keys: int = 0
+    handles: int = 0
+    timeouts: int = 0
+    sleeps: int = 0
+    deadlines: int = 0
 
 
 @dataclass(frozen=True, slots=True)
