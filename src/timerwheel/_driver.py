@@ -368,7 +368,7 @@ class DriverBase:
     @property
     def timers(self) -> int:
         """How many plain timers and run deadlines are armed: timeouts, sleeps and call_later handles,
-        KeyedScheduler keys (tasks are stats().pending). O(1)."""
+        KeyedScheduler keys (tasks are stats().pending; stats() has these by kind). O(1)."""
         self._check_caller()
         with self._lock:
             return self._engine.timers if self._engine is not None else 0

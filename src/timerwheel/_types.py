@@ -117,7 +117,7 @@ class Stats:
             driver holds while it waits for room) or a slot (AsyncScheduler's max_concurrency).
             Scheduler.run_pending() runs jobs inline: never any. A run handed over is in `queued` until
             it starts, then in `running` until it finishes (or neither, once dropped or forgotten): with
-            pending, running and queued all 0, nothing is left to run.
+            pending, running and queued all 0, no job is left to run.
         clock_errors: times a driver could not read its clock (it raised, or gave a value that is not a
             time, or one past the wheel's range); the driver logs each and retries.
         timers: plain timers and run deadlines armed: what is pending besides tasks, the sum of the five
