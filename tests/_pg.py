@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -84,6 +85,23 @@ class Server:
 
     def resume(self) -> None:
         self.run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "start")
+
+    def _processes(self) -> list[int]:
+        """The server's processes: the postmaster (its pid file says which) and all its children."""
+        with open(os.path.join(self.data, "postmaster.pid"), encoding="utf-8") as pidfile:
+            postmaster = int(pidfile.readline())
+        out = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False)
+        return [postmaster, *(int(pid) for pid in out.stdout.split())]
+
+    def freeze(self) -> None:
+        """SIGSTOP the server and every backend (a database that hangs, its connections left open)."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT what freeze() stopped."""
+        for pid in self._processes():
+            os.kill(pid, signal.SIGCONT)
 
     def stop(self) -> None:
         try:

@@ -10,6 +10,8 @@ returned):
     R name pid                       started: holds keys from now on
     S key scheduled_us name wall_us  a run starts (after its fire was taken in the database)
     F key scheduled_us name wall_us  a run ends (before its finish is committed)
+    M key first_us last_us count     on_missed: fires not run (with CATCH_UP=once in the environment:
+                                     CatchUp.ONCE; CatchUp.ALL otherwise)
     X name                           closed cleanly
 """
 
@@ -74,9 +76,12 @@ class Journal:
         self.late: list[float] = []
         self.late_of: dict[tuple[str, int], float] = {}  # the lateness of a fire's first start, in s
         self.started_at: dict[tuple[str, int], int] = {}  # the wall time of its last start, in us
+        self.missed: dict[str, list[tuple[int, int]]] = collections.defaultdict(list)  # on_missed ranges
         for line in path.read_text().splitlines():
             f = line.split()
-            if f and f[0] == "S":
+            if f and f[0] == "M":
+                self.missed[f[1]].append((int(f[2]), int(f[3])))
+            elif f and f[0] == "S":
                 fire = (f[1], int(f[2]))
                 self.starts[fire].append(f[3])
                 self.late.append((int(f[4]) - int(f[2])) / 1e6)
@@ -103,11 +108,18 @@ class Journal:
             def after(t: int) -> int:  # the key's next grid point after t
                 return ((t - phase) // p) * p + p + phase  # noqa: B023 (used in this iteration only)
 
+            reported = self.missed.get(key, [])
             for a, b in itertools.pairwise(ats):
                 # (the run's end is journaled just before the scheduler reads the clock for next_run:
                 # 50 ms of slack for that gap, on a loaded machine)
                 end = max(a, self.finished.get((key, a), a))
-                if b != after(a) and not after(end) <= b <= after(end + 50_000):
+                if b == after(a) or after(end) <= b <= after(end + 50_000):
+                    continue
+                # the points between were reported to on_missed (CatchUp.ONCE), or lost
+                t = after(a)
+                while t < b and any(first <= t <= last for first, last in reported):
+                    t = after(t)
+                if t < b:
                     lost.append((key, a, b))
         self.late.sort()
         n = len(self.late)
@@ -138,9 +150,21 @@ def main() -> None:
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def missed(key: str, data: Any, count: int, first: datetime, last: datetime) -> None:
+        log(f"M {key} {round(first.timestamp() * 1e6)} {round(last.timestamp() * 1e6)} {count}")
+
+    once = os.environ.get("CATCH_UP") == "once"
     sched = ThreadedScheduler(wall_clock=store.wall, workers=2)
     keyed = KeyedScheduler(
-        sched, grid(period), run, context=True, store=store, catch_up=CatchUp.ALL, max_catch_up=1000
+        sched,
+        grid(period),
+        run,
+        context=True,
+        store=store,
+        catch_up=CatchUp.ONCE if once else CatchUp.ALL,
+        max_catch_up=1000,
+        on_missed=missed,
     )
     keyed.start()
     log(f"R {name} {os.getpid()}")

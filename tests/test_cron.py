@@ -1000,3 +1000,30 @@ def test_reboot_and_unknown_macros_are_refused_naming_the_macros(make: Callable[
     with pytest.raises(ValueError, match="'@reboot' is not a schedule"):
         s.schedule_cron("@reboot", print)
     assert s.stats().pending == 0
+
+
+def test_a_cron_whose_next_point_does_not_advance_ends_its_task_with_an_error(
+    make: Callable[..., Any],
+) -> None:
+    """The engine's own guard, whatever a calendar gives: a next point not after the one due would fire
+    the task again at once, for ever; it ends the task instead, saying why."""
+    clock = ManualClock(0.0, wall=utc(2025, 1, 6, 12).timestamp())
+    s = make(clock)
+    runs: list[float] = []
+
+    calls = [0]
+
+    class Stuck(Cron):
+        __slots__ = ()
+
+        def next_after(self, dt: datetime) -> datetime | None:
+            calls[0] += 1
+            point = super().next_after(dt)
+            return point if calls[0] == 1 else dt  # from its second point on: never after dt
+
+    tid = s.schedule_cron(Stuck("* * * * *"), lambda: runs.append(clock.wall()))
+    clock.advance(60)
+    s.run_pending()
+    s.run_pending()
+    assert len(runs) == 1 and s.next_fire_time(tid) is None
+    assert any("not after" in e for e in s.errors)

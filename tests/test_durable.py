@@ -856,3 +856,64 @@ def test_with_a_durable_store_data_is_what_json_gives_back(path: Path, clock: Ma
     assert seen == [{"every": 10, "pair": [1, 2]}, {"every": 10, "pair": [1, 2]}]
     assert life.keyed.get("a").data == {"every": 10, "pair": [1, 2]}  # type: ignore[union-attr]
     life.keyed.close()
+
+
+def crash(life: Life) -> None:
+    """The process dies here: its store's file is left as it is (nothing more is written to it)."""
+    life.keyed._store.close()
+
+
+def test_a_fire_rerun_after_a_recovering_life_that_ended_is_not_reported_missed(
+    path: Path, clock: ManualClock
+) -> None:
+    """A run is interrupted; the next life's start() writes its decisions (a rerun of that fire) and the
+    process ends before the rerun. The life after reruns the fire: that fire ran, it was not missed, and
+    on_missed used to be told it was."""
+    first = Life(path, clock)
+
+    def dies_mid_run(key: Any, data: Any) -> None:
+        crash(first)
+        raise RuntimeError("the process is killed during this run")
+
+    first.keyed._run = dies_mid_run  # type: ignore[method-assign]
+    first.keyed.start()
+    first.keyed.upsert("job", {"every": 10})
+    first.advance(10)  # the run of T0 + 10 starts, and the process dies in it
+    down(clock, 2)
+    second = Life(path, clock)
+    second.keyed.start()  # decides: rerun the fire of T0 + 10; and dies before it runs
+    assert second.keyed.stats().recovered == 1
+    crash(second)
+    down(clock, 2)
+    third = Life(path, clock)
+    third.keyed.start()
+    third.advance(0)
+    assert third.ran == [("job", 14.0)] and third.keyed.stats().recovered == 1
+    assert third.missed == [] and third.keyed.stats().missed == 0
+    third.keyed.close()
+
+
+def test_a_rerun_carries_a_fence_above_the_interrupted_run(path: Path, clock: ManualClock) -> None:
+    """ctx.fence: the key's generation, the fire and its attempt; a rerun's is above the first run's."""
+    fences: list[Any] = []
+    first = Life(path, clock, context=True)
+
+    def dies_mid_run(ctx: Any, key: Any, data: Any) -> None:
+        fences.append(ctx.fence)
+        crash(first)
+        raise RuntimeError("the process is killed during this run")
+
+    first.keyed._run = dies_mid_run  # type: ignore[method-assign]
+    first.keyed.start()
+    first.keyed.upsert("job", {"every": 10})
+    first.advance(10)
+    down(clock, 1)
+    second = Life(path, clock, context=True, run=lambda ctx, key, data: fences.append(ctx.fence))
+    second.keyed.start()
+    second.advance(0)
+    at = round((T0 + 10) * 1_000_000)
+    assert fences == [(1, at, 1), (1, at, 2)] and fences[1] > fences[0]
+    assert (fences[1].generation, fences[1].scheduled_for, fences[1].attempt) == (1, at, 2)
+    second.advance(10)  # the next fire: a fence above both
+    assert fences[2] == (1, round((T0 + 21) * 1_000_000), 1) and fences[2] > fences[1]
+    second.keyed.close()

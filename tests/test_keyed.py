@@ -1228,3 +1228,16 @@ def test_a_keyed_scheduler_on_a_closed_scheduler_is_refused() -> None:
     with pytest.raises(ClosedError, match="closed"):
         k2.upsert("a")
     assert "a" not in k2
+
+
+def test_every_run_carries_a_fence_that_grows(d: Driver) -> None:
+    fences: list[Any] = []
+    k = d.keyed(every(5), lambda ctx, key, data: fences.append(ctx.fence), context=True)
+    k.start()
+    k.upsert("a")
+    d.advance(5)
+    k.upsert("a")  # a new generation
+    d.advance(5)
+    assert [f.attempt for f in fences] == [1, 1] and fences[1] > fences[0]
+    assert fences[0].generation == 1 and fences[1].generation == 2
+    assert fences[0].scheduled_for == round((T0 + 5) * 1_000_000)

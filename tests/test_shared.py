@@ -31,6 +31,7 @@ from timerwheel import (
     StoreError,
     ThreadedScheduler,
 )
+from timerwheel._postgres import SCHEMA_VERSION
 from timerwheel.testing import ManualClock
 
 from . import _pg
@@ -121,7 +122,7 @@ def test_the_schema_is_created_once_when_many_processes_start_together(dsn: str)
     for t in threads:
         t.join()
     assert errors == [] and len(stores) == 8
-    assert sql(dsn, "SELECT value FROM timerwheel_meta WHERE name = 'schema'") == [("1",)]
+    assert sql(dsn, "SELECT value FROM timerwheel_meta WHERE name = 'schema'") == [(str(SCHEMA_VERSION),)]
     for store in stores:
         store.close()
     sql(dsn, "UPDATE timerwheel_meta SET value = '99' WHERE name = 'schema'")
@@ -162,6 +163,83 @@ def test_a_fire_is_taken_only_by_the_holder_of_its_key_and_generation(dsn: str) 
     assert a.delete("k") and not a.delete("k")
     a.close()
     b.close()
+
+
+def test_a_keys_generation_never_goes_back_across_a_delete(dsn: str) -> None:
+    """A key deleted and stored again used to start at generation 1 again: a late end of the old
+    generation's run, fenced by generation only, could then pass for the new one's."""
+    from timerwheel._store import StoredKey
+
+    store = PostgresStore(dsn, lease=1.0)
+    row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
+    assert store.put(row) == 1 and store.put(row) == 2 and store.put(row) == 3
+    assert store.delete("k")
+    assert store.put(row) == 4  # above every generation the key ever had
+    assert store.replace([row._replace(key="j")], None) == [5]  # k deleted by the replace, at 4
+    assert store.replace([row], None) == [6]  # (and j at 5)
+    other = PostgresStore(dsn, lease=1.0)  # another process sees the same floor
+    assert other.delete("k") and other.put(row) == 7
+    store.close()
+    other.close()
+
+
+def test_a_version_1_schema_is_migrated(dsn: str) -> None:
+    """Version 1's timerwheel_start_fire returned a boolean; a function's result type cannot be
+    replaced in place, so the migration drops it first."""
+    from timerwheel._store import StoredKey
+
+    PostgresStore(dsn, lease=1.0).close()
+    sql(
+        dsn,
+        "DROP FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
+        "double precision, text, bigint, text)",
+    )
+    sql(
+        dsn,
+        "DROP FUNCTION timerwheel_finish_fire(text, bigint, bigint, bigint, text, text, boolean, "
+        "text, bigint, bigint, text)",
+    )
+    sql(
+        dsn,
+        "CREATE FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
+        "double precision, text, bigint, text) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+    )
+    sql(dsn, "UPDATE timerwheel_meta SET value = '1' WHERE name = 'schema'")
+    store = PostgresStore(dsn, lease=1.0)
+    assert sql(dsn, "SELECT value FROM timerwheel_meta WHERE name = 'schema'") == [(str(SCHEMA_VERSION),)]
+    row = StoredKey("k", "null", 1, "running", 1_000, None, None)
+    store.put(row._replace(state="pending"))
+    assert store.start_fire(row, 1_000, 1, False) == 1
+    store.finish_fire(row, "k", 1, 1_000, 2, None)
+    assert store.start_fire(row, 2_000, 3, False) == 1
+    sql(dsn, "UPDATE timerwheel_keys SET owner = 'someone else'")
+    assert store.start_fire(row, 2_000, 3, False) == 0
+    store.close()
+
+
+def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
+    """A statement that a row lock or its timeout stops is a StoreError naming what could not be done
+    (psycopg's own error is its __cause__), raised within the lock timeout."""
+    from timerwheel._store import StoredKey
+
+    store = PostgresStore(dsn, lease=1.0, lock_timeout=0.2)
+    row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
+    store.put(row)
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", ('"k"',))
+        with pytest.raises(StoreError, match="take a fire of key 'k': a row it needs is locked"):
+            store.start_fire(row._replace(state="running"), 1_000, 1, False)  # at once: it never waits
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="store key 'k': a row it needs is locked") as raised:
+            store.put(row)
+        assert time.monotonic() - started < 2.0  # (the 0.2 s lock timeout, and a round trip)
+        assert isinstance(raised.value.__cause__, psycopg.errors.LockNotAvailable)
+    for bad, error in ((0, ValueError), (-1.0, ValueError), (math.inf, ValueError), ("1", TypeError)):
+        with pytest.raises(error, match="lock_timeout"):
+            PostgresStore(dsn, lock_timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(error, match="statement_timeout"):
+            PostgresStore(dsn, statement_timeout=bad)  # type: ignore[arg-type]
+    store.close()
 
 
 # -- several KeyedSchedulers of one process on one database (each as a process would be) --------------
@@ -417,3 +495,186 @@ def test_a_process_whose_connections_are_cut_recovers(dsn: str, tmp_path: Path) 
     assert result["lost"] == []
     late = [at for (key, at), who in j.starts.items() if who == ["p0"]]
     assert max(late) > round((time.time() - 1.5) * 1e6)  # and the cut one fires again
+
+
+# -- faults: a row locked by another session, paused processes, a paused server ------------------------
+
+
+def runs_of(runs: collections.Counter[Any], key: Any) -> int:
+    return sum(n for (k, _), n in runs.items() if k == key)
+
+
+@pytest.mark.realtime  # real leases and a real lock; each bound is several times what it needs
+def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> None:
+    """An operator's transaction left open on one key's row used to freeze the whole process: taking
+    that key's fire waited on the lock with the scheduler's lock held, so no other key fired and
+    snapshot(), get() and upsert() blocked. Now only that key waits; it fires again once the lock goes."""
+    runs: collections.Counter[Any] = collections.Counter()
+    node = Node(dsn, runs, lease=2.0, next_run=every(0.2))
+    node.keyed.replace_all({"a": None, "b": None})
+    wait_for(lambda: runs_of(runs, "a") >= 2 and runs_of(runs, "b") >= 2, 5.0, "both keys fire")
+    with psycopg.connect(dsn) as locker:  # (not autocommit: the lock is held until the rollback)
+        locker.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", ('"a"',))
+        a_then, b_then = runs_of(runs, "a"), runs_of(runs, "b")
+        for call in (node.keyed.snapshot, lambda: node.keyed.get("b"), lambda: node.keyed.upsert("c")):
+            started = time.monotonic()
+            call()
+            assert time.monotonic() - started < 0.5  # (a round trip at most; it waited for the lock)
+        wait_for(lambda: runs_of(runs, "b") >= b_then + 5, 5.0, "the other keys go on firing")
+        assert runs_of(runs, "a") <= a_then + 1  # (a fire taken as the lock came)
+        assert node.keyed.get("a") is not None and "locked" in (node.keyed.get("a").last_error or "")
+        time.sleep(2.5)  # longer than the lease: the locked key is not given up for it
+        assert "a" in node.keyed
+        a_locked = runs_of(runs, "a")
+        locker.rollback()
+    wait_for(lambda: runs_of(runs, "a") >= a_locked + 2, 5.0, "the key fires again once the lock goes")
+    node.close()
+    assert max(runs.values()) == 1
+
+
+@pytest.mark.realtime  # as above
+def test_under_asyncio_a_locked_row_never_blocks_the_event_loop(dsn: str) -> None:
+    import asyncio
+
+    from timerwheel import AsyncScheduler
+
+    runs: collections.Counter[Any] = collections.Counter()
+    gaps: list[float] = []
+
+    async def main() -> None:
+        store = PostgresStore(dsn, lease=2.0)
+
+        def run(ctx: Any, key: Any, data: Any) -> None:  # a plain function: its take is awaited
+            runs[(key, round(ctx.scheduled_for, 6))] += 1
+
+        keyed = KeyedScheduler(
+            AsyncScheduler(wall_clock=store.wall), every(0.2), run, context=True, store=store
+        )
+        keyed.start()
+        keyed.replace_all({"a": None, "b": None})
+        while runs_of(runs, "a") < 2:
+            await asyncio.sleep(0.01)
+        locker = await psycopg.AsyncConnection.connect(dsn)
+        await locker.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", ('"a"',))
+        b_then = runs_of(runs, "b")
+        last = time.monotonic()
+        end = last + 2.0
+        while time.monotonic() < end:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+        assert runs_of(runs, "b") >= b_then + 5
+        await locker.rollback()
+        await locker.close()
+        await keyed.aclose()
+
+    asyncio.run(main())
+    assert max(gaps) < 0.25  # the loop went on every 10 ms (a wait for the lock would be 1 s and more)
+    assert max(runs.values()) == 1
+
+
+PAUSED_CHILD = """
+import os, signal, sys, threading
+from datetime import timedelta
+from timerwheel import KeyedScheduler, PostgresStore, ThreadedScheduler
+
+dsn, journal = sys.argv[1], sys.argv[2]
+fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+store = PostgresStore(dsn, lease=1.0)
+take = store.start_fire
+paused = []
+
+def start_fire(row, scheduled_for, started_at, rerun):
+    attempt = take(row, scheduled_for, started_at, rerun)
+    if attempt and not paused:  # taken: the process is paused here, before the run starts
+        paused.append(True)
+        os.write(fd, f"T {row.key} {scheduled_for}\\n".encode())
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # (this thread stops at once)
+    return attempt
+
+store.start_fire = start_fire
+
+def run(ctx, key, data):
+    os.write(fd, f"S {key} {ctx.fence.scheduled_for} {ctx.fence.attempt}\\n".encode())
+
+sched = ThreadedScheduler(wall_clock=store.wall, workers=1)
+keyed = KeyedScheduler(
+    sched, lambda now, key, data: now + timedelta(seconds=1), run, context=True, store=store
+)
+keyed.start()
+keyed.upsert("k")
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+stop.wait()
+keyed.close()
+"""
+
+
+@pytest.mark.realtime  # real leases (1 s) and a real paused process; each bound is several leases
+def test_a_process_paused_past_its_lease_does_not_run_the_fire_it_had_taken(dsn: str, tmp_path: Path) -> None:
+    """A process took a fire, was paused (SIGSTOP) for longer than its lease before the run started, and
+    another process took the key over and ran the fire again. On resuming, the first used to run it
+    too: two runs, the later not a rerun. Now it checks its lease, by its own monotonic clock, just
+    before a run starts; and the rerun's fence (ctx.fence) is above the first take's."""
+    import subprocess
+    import sys
+
+    journal = tmp_path / "journal"
+    journal.touch()
+    child = subprocess.Popen([sys.executable, "-c", PAUSED_CHILD, dsn, str(journal)])
+    try:
+        wait_for(lambda: journal.read_text().startswith("T "), 15.0, "the child takes a fire and pauses")
+        taken_us = journal.read_text().split()[2]
+        fences: list[Any] = []
+        store = PostgresStore(dsn, lease=1.0)
+        keyed = KeyedScheduler(
+            ThreadedScheduler(wall_clock=store.wall, workers=1),
+            every(3600),
+            lambda ctx, key, data: fences.append(ctx.fence),
+            context=True,
+            store=store,
+        )
+        keyed.start()  # takes the key over once the paused child's lease lapses, and reruns its fire
+        wait_for(lambda: bool(fences), 10.0, "the other process reruns the fire")
+        assert fences[0].scheduled_for == int(taken_us) and fences[0].attempt == 2
+        child.send_signal(signal.SIGCONT)
+        time.sleep(1.5)  # the resumed child would run the fire now
+        assert [line for line in journal.read_text().splitlines() if line.startswith("S ")] == []
+        keyed.close()
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=30) == 0
+
+
+@pytest.mark.realtime  # real processes on a real, frozen server: bounds of several leases
+@pytest.mark.parametrize("catch_up", ["all", "once"])
+def test_a_server_paused_past_the_lease_loses_no_fire(
+    tmp_path: Path, catch_up: str, monkeypatch: Any
+) -> None:
+    """The server and its backends SIGSTOPped for longer than the lease, then resumed: every fire of
+    2,000 keys on a 500 ms grid runs or is reported to on_missed, and none runs twice."""
+    monkeypatch.setenv("CATCH_UP", catch_up)
+    server = _pg.Server()  # (its own: it is frozen)
+    try:
+        seed(server.dsn, 2000)
+        journal = tmp_path / "journal"
+        journal.touch()
+        lease = 1.5
+        children = [spawn(server.dsn, journal, f"p{i}", lease) for i in range(2)]
+        time.sleep(3.0)
+        server.freeze()
+        time.sleep(3 * lease)
+        server.thaw()
+        time.sleep(4.0)
+        for child in children:
+            child.send_signal(signal.SIGTERM)
+        for child in children:
+            assert child.wait(timeout=60) == 0
+        result = Journal(journal).check(killed=set())
+        print(result | {"twice": len(result["twice"]), "lost": result["lost"][:20]})
+        assert result["twice"] == {}
+        assert result["lost"] == []
+    finally:
+        server.stop()

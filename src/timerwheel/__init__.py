@@ -14,7 +14,17 @@ from ._core import BACKEND, TimerWheel
 from ._cron import Cron
 from ._engine import JobContext, Scheduler
 from ._heap import HeapScheduler
-from ._keyed import CatchUp, KeyedScheduler, KeyedStats, KeyInfo, KeyState, Recover, Reschedule
+from ._keyed import (
+    CatchUp,
+    Fence,
+    KeyedScheduler,
+    KeyedStats,
+    KeyInfo,
+    KeyState,
+    LeaseLapsed,
+    Recover,
+    Reschedule,
+)
 from ._postgres import PostgresStore
 from ._store import MemoryStore, SQLiteStore, StoreError
 from ._threaded import ThreadedScheduler
@@ -65,6 +75,7 @@ __all__ = [
     "ClockError",
     "ClosedError",
     "Cron",
+    "Fence",
     "HeapScheduler",
     "JobContext",
     "JobEvent",
@@ -72,6 +83,7 @@ __all__ = [
     "KeyState",
     "KeyedScheduler",
     "KeyedStats",
+    "LeaseLapsed",
     "MemoryStore",
     "Missed",
     "NotStartedError",

@@ -20,7 +20,8 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NamedTuple
@@ -31,7 +32,17 @@ from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, 
 from ._types import ClosedError, Lifecycle, RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds
 
-__all__ = ["CatchUp", "KeyInfo", "KeyState", "KeyedScheduler", "KeyedStats", "Recover", "Reschedule"]
+__all__ = [
+    "CatchUp",
+    "Fence",
+    "KeyInfo",
+    "KeyState",
+    "KeyedScheduler",
+    "KeyedStats",
+    "LeaseLapsed",
+    "Recover",
+    "Reschedule",
+]
 
 logger = logging.getLogger("timerwheel")
 
@@ -367,8 +378,12 @@ class KeyedScheduler:
         self._on_finish = on_finish
         self._on_invalid = on_invalid
         self._async = isinstance(scheduler, AsyncScheduler)
+        # Under an AsyncScheduler a coroutine function's runs are tasks; so are every run's with a shared
+        # store, whose take is awaited (never waited for on the loop's thread).
         coroutine = self._async and (
-            inspect.iscoroutinefunction(run) or inspect.iscoroutinefunction(type(run).__call__)
+            inspect.iscoroutinefunction(run)
+            or inspect.iscoroutinefunction(type(run).__call__)
+            or bool(getattr(store, "shared", False))
         )
         self._job = self._run_async if coroutine else self._run_key
         # Every run gets a context (cancellation on remove and replace, the timeout), whatever `context`.
@@ -428,10 +443,16 @@ class KeyedScheduler:
         self._group: Any = None  # the view of the keys given to the engine's add_calendar()
         self._unfinished: dict[Hashable, list[StoredFire]] = {}
         self._unrecorded: list[FinishedFire] = []  # ends of runs the store failed to record, to retry
+        self._unrecorded_lock = threading.Lock()  # (a shared store's writer records them: never held long)
+        self._store_released = False
         self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
         self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
-        self._writer_thread: _Writer | None = None  # shared: see _Writer
+        self._writer_thread = _Writer() if self._shared else None  # see _Writer
+        lease = getattr(store, "lease", None) if self._shared else None
+        self._lease: float | None = None if lease is None else float(lease)
+        self._seq = 0  # shared: user changes made so far (see _changing)
+        self._inflight: dict[Hashable, list[int]] = {}  # shared: key -> [changes in flight, latest applied]
         if self._durable:
             self._load()
             store._owner = self  # type: ignore[attr-defined]
@@ -463,9 +484,11 @@ class KeyedScheduler:
             # The stored keys' plans are decided, then written in one transaction, before anything is
             # armed or any callback runs: a store that fails leaves the KeyedScheduler as it was (start()
             # may be called again); a callback that changes keys meanwhile is not undone.
-            plans = self._decide_all(
+            plans, rows, finished = self._decide_all(
                 [rec for rec in self._keys.values() if rec.key in self._loaded], wall_now
             )
+            if rows or finished:
+                self._store.save(rows, finished)
             self._engine = engine
             self._wall = engine._cal.clock
             self._started = True
@@ -495,7 +518,9 @@ class KeyedScheduler:
             with self._lock:
                 while self._any_running():
                     self._idle.wait()
-        self._release_store()
+        released = self._release_store()
+        if released is not None:  # (a shared store: closed by its writer, after what it had to write)
+            released.result()
         if self._owns_scheduler:
             if self._wait_on_close:
                 self._sched.close()
@@ -512,7 +537,9 @@ class KeyedScheduler:
             while self._any_running():
                 self._all_done = asyncio.Event()
                 await self._all_done.wait()
-        self._release_store()
+        released = self._release_store()
+        if released is not None:  # (a shared store: awaited, never waited for on the loop)
+            await asyncio.wrap_future(released)
         if self._owns_scheduler:
             await self._sched.aclose()
         self._raise_held()
@@ -549,24 +576,109 @@ class KeyedScheduler:
                 # Every key not running is given back now; the running ones when their runs end (their
                 # leases are renewed meanwhile, so that nobody runs them again while they go), and those
                 # whose last end is not recorded yet with close().
-                self._record_unrecorded()
-                keep = {k for k, rec in self._keys.items() if rec.running} | {f.key for f in self._unrecorded}
-                self._store.detach(list(keep))  # type: ignore[attr-defined]
+                running = [k for k, rec in self._keys.items() if rec.running]
+                self._write(self._detach_now, running)
 
     def _any_running(self) -> bool:
         """Whether a run of any key goes (a key removed meanwhile included). O(keys)."""
         return bool(self._gone) or any(rec.running for rec in self._keys.values())
 
-    def _release_store(self) -> None:
+    def _release_store(self) -> Future[Any] | None:
         """Close the store once no run is going (a run still going releases it when it finishes, so that
-        its finish is recorded); closing the KeyedScheduler never writes DISABLED into the store."""
+        its finish is recorded); closing the KeyedScheduler never writes DISABLED into the store. A
+        shared store is closed by the writer, after what it has to write: the Future of that, to wait
+        for (close(), aclose()) or not (a run's end)."""
         with self._lock:
-            if self._closed and not self._any_running():
-                if self._store_open():
-                    self._record_unrecorded()
-                self._store.close()
-                if getattr(self._store, "_owner", None) is self:
-                    self._store._owner = None
+            if not self._closed or self._any_running() or self._store_released:
+                return None
+            self._store_released = True
+            if not self._shared:
+                self._close_store()
+                return None
+            writer = self._writer()
+            future = writer.submit(self._close_store)
+            writer.stop(wait=False)
+            return future
+
+    def _close_store(self) -> None:
+        if self._store_open():
+            self._record_unrecorded()
+        self._store.close()
+        if getattr(self._store, "_owner", None) is self:
+            self._store._owner = None
+
+    # -- writing to the store: under the lock (a local store), or by the writer (a shared one) ----------
+
+    def _write(self, work: Callable[..., Any], *args: Any) -> None:
+        """A write nobody waits for (a run's end, a decision, a release): done now, under the lock, with
+        a local store; handed to the writer, in order, with a shared one (see _Writer). `work` says
+        itself what becomes of an error."""
+        if self._shared:
+            self._writer().submit(work, *args)
+        else:
+            work(*args)
+
+    def _finish(self, row: StoredKey | None, fire: FinishedFire) -> None:
+        """Record a run's end (and the key's row, unless None): if the store fails, it is recorded with the
+        next write (or, if none comes, `recover` decides at the next start)."""
+        self._record_unrecorded()
+        try:
+            self._store.finish_fire(row, *fire)
+        except Exception as exc:
+            with self._unrecorded_lock:
+                self._unrecorded.append(fire)
+            log_safely(
+                logger,
+                (KeyboardInterrupt, SystemExit),
+                logging.ERROR,
+                "timerwheel: the %s failed to record the end of a run of key %r (%r); it is recorded with "
+                "the next write",
+                self._store.name,
+                fire.key,
+                exc,
+                exc_info=exc,
+            )
+
+    def _save(self, rows: list[StoredKey], finished: list[FinishedFire], what: str) -> None:
+        """Write keys' rows and mark fires finished; a store that fails is logged (the rows are written
+        again at the keys' next fires)."""
+        try:
+            self._store.save(rows, finished)
+        except Exception as exc:
+            log_safely(
+                logger,
+                (KeyboardInterrupt, SystemExit),
+                logging.ERROR,
+                "timerwheel: the %s failed to record %s (%r)",
+                self._store.name,
+                what,
+                exc,
+                exc_info=exc,
+            )
+
+    def _release_now(self, keys: list[Hashable]) -> None:
+        """Give keys back to the store, but never one whose last run's end is not recorded yet (another
+        process would find that fire unfinished and run it again)."""
+        self._record_unrecorded()
+        with self._unrecorded_lock:
+            pending = {f.key for f in self._unrecorded}
+        keys = [k for k in keys if k not in pending]
+        if not keys:
+            return
+        try:
+            self._store.release(keys)  # type: ignore[attr-defined]
+        except Exception as exc:  # their leases lapse by themselves
+            logger.warning(
+                "timerwheel: the %s failed to give %d key(s) back (%r)", self._store.name, len(keys), exc
+            )
+
+    def _detach_now(self, running: list[Hashable]) -> None:
+        """The KeyedScheduler closed: the store gives back every key but those whose runs go on, and
+        those whose last end is not recorded yet."""
+        self._record_unrecorded()
+        with self._unrecorded_lock:
+            keep = {*running, *(f.key for f in self._unrecorded)}
+        self._store.detach(list(keep))  # type: ignore[attr-defined]
 
     def stats(self) -> KeyedStats:
         """A snapshot of the counters (see KeyedStats). O(1)."""
@@ -661,60 +773,111 @@ class KeyedScheduler:
     def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
         the key runs. With a durable store the new row is committed first, then applied: a store that
-        fails changes nothing."""
+        fails changes nothing. A shared store's commit is a round trip, waited for without the lock."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
             self._check_caller()
             _check_scheduler_open(self._sched)
-            encoded = ""
-            # (first: a scheduler without a clock yet, an AsyncScheduler not started, raises and changes
-            # nothing; the durable path reads it before its store commits, in _evaluate)
-            wall_now = math.nan if self._durable else self._wall_now()
-            if self._durable:
-                encode_key(key)
-                encoded = self._encode(data)
-                # next_run sees what JSON gives back (as in every later life); it is user code, and may
-                # have changed the key: the record is looked up after it.
-                result = self._evaluate(key, _Stored(encoded), self._wall_now())
-                rec = self._keys.get(key)
-                fresh = rec is None
+            if not self._durable:
+                # (first: a scheduler without a clock yet, an AsyncScheduler not started, raises and
+                # changes nothing)
+                wall_now = self._wall_now()
                 if rec is None:
-                    rec = self._gone.get(key) or self._new_record(key, data)
-                state, at, last_error = self._outcome(rec, result)
-                generation = self._store.put(
-                    StoredKey(
-                        key,
-                        encoded,
-                        rec.generation + 1,
-                        state.value,
-                        _us(at),
-                        _us(rec.last_scheduled_for),
-                        last_error,
-                    )
-                )
-                if fresh:
-                    rec = self._keys.setdefault(key, rec)
-                    if self._gone.get(key) is rec:
-                        del self._gone[key]
-                self._loaded.discard(key)
-                if self._shared:
-                    self._taken(key)
-                # (the store's: one above any generation it ever held for the key, or, a shared store,
-                # above any other process's)
-                rec.generation = generation - 1
-            if rec is None:
-                rec = self._keys.setdefault(key, self._new_record(key, data))
-            elif rec.running and self._cancel_on_replace and rec.contexts:
-                for ctx in rec.contexts:
-                    ctx.cancelled.set()
-            rec.data = _Stored(encoded) if self._durable else data
-            rec.generation += 1
-            rec.catch_up = None  # (an older generation's catch-up is not this one's)
-            if self._durable:
-                self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
-            else:
+                    rec = self._keys.setdefault(key, self._new_record(key, data))
+                elif rec.running and self._cancel_on_replace and rec.contexts:
+                    for ctx in rec.contexts:
+                        ctx.cancelled.set()
+                rec.data = data
+                rec.generation += 1
+                rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 self._plan(rec, wall_now)
+                return
+            encode_key(key)
+            change = self._change(key, self._encode(data), self._wall_now())
+            if not self._shared:
+                self._changed(change, self._store.put(change.row))
+                return
+            seq = self._changing([key])
+            future = self._writer().submit(self._store.put, change.row)
+        generation = self._committed(future, [key], seq)
+        with self._lock:
+            if self._applies(key, seq):
+                self._changed(change, generation)
+        self._raise_held()
+
+    def _change(self, key: Hashable, encoded: str, wall_now: float) -> _Change:
+        """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
+        in every later life), and the row to commit. next_run is user code, and may have changed the
+        key: the record is looked up after it."""
+        result = self._evaluate(key, _Stored(encoded), wall_now)
+        rec = self._keys.get(key) or self._gone.get(key)
+        if rec is None:
+            rec = self._new_record(key, _Stored(encoded))
+        state, at, last_error = self._outcome(rec, result)
+        row = StoredKey(
+            key, encoded, rec.generation + 1, state.value, _us(at), _us(rec.last_scheduled_for), last_error
+        )
+        return _Change(rec, encoded, state, at, last_error, result, row)
+
+    def _changed(self, change: _Change, generation: int) -> None:
+        """A change that the store committed, at `generation` (the store's: one above any generation it
+        ever held for the key, or, a shared store, above any other process's): applied."""
+        key = change.row.key
+        rec = self._keys.get(key)
+        if rec is None:  # (new; or removed, or taken over, meanwhile: the commit holds it again)
+            rec = self._keys.setdefault(key, self._gone.pop(key, change.rec))
+        elif rec.running and self._cancel_on_replace and rec.contexts:
+            for ctx in rec.contexts:
+                ctx.cancelled.set()
+        self._loaded.discard(key)
+        if self._shared:
+            self._taken(key)
+        rec.data = _Stored(change.encoded)
+        rec.generation = generation
+        rec.catch_up = None  # (an older generation's catch-up is not this one's)
+        error = change.result if isinstance(change.result, BaseException) else None
+        self._apply(rec, change.state, change.at, change.last_error, error)
+
+    # A shared store's user changes are committed by the writer, and applied once committed, without the
+    # lock meanwhile: two changes of one key may be waited for by two threads at once. The writer commits
+    # them in the order they were made; each is applied only if no later one was applied already.
+
+    def _changing(self, keys: Iterable[Hashable]) -> int:
+        """A user's change of `keys` is to be committed: its sequence number (see _applies)."""
+        self._seq += 1
+        for key in keys:
+            entry = self._inflight.get(key)
+            if entry is None:
+                self._inflight[key] = [1, 0]
+            else:
+                entry[0] += 1
+            if self._shared:
+                self._taken(key)  # (what the database said before now does not undo it)
+        return self._seq
+
+    def _committed(self, future: Future[Any], keys: Iterable[Hashable], seq: int) -> Any:
+        """Wait for a change's commit (without the lock, unless a callback holds it); if it failed,
+        nothing was applied, and the error is raised."""
+        try:
+            return future.result()
+        except BaseException:
+            with self._lock:
+                for key in keys:
+                    self._applies(key, seq, committed=False)
+            raise
+
+    def _applies(self, key: Hashable, seq: int, committed: bool = True) -> bool:
+        """Whether change `seq` of `key`, now committed (or failed), is applied: unless a later change
+        of the key was applied already."""
+        entry = self._inflight[key]
+        entry[0] -= 1
+        applies = committed and seq > entry[1]
+        if applies:
+            entry[1] = seq
+        if not entry[0]:
+            del self._inflight[key]
+        return applies
 
     def replace_all(self, mapping: Mapping[Hashable, Any]) -> None:
         """Upsert every item of `mapping`, and remove every key that is not in it.
@@ -740,53 +903,32 @@ class KeyedScheduler:
                 for key, data in mapping.items():
                     self.upsert(key, data)
                 return  # (each upsert raised what it held)
-            # Durable: every row computed, then one transaction, then applied. next_run is user code,
-            # which may change keys: the records are looked up after every evaluation.
+            # Durable: every row computed, then one transaction, then applied.
             wall_now = self._wall_now()
-            encoded_all = [(key, self._encode(data)) for key, data in mapping.items()]
-            results = [self._evaluate(key, _Stored(encoded), wall_now) for key, encoded in encoded_all]
+            changes = [self._change(key, self._encode(data), wall_now) for key, data in mapping.items()]
             removed = [k for k in self._keys if k not in mapping]
-            rows: list[StoredKey] = []
-            plans: list[tuple[_Key, bool, Any, Any, Any]] = []
-            for (key, encoded), result in zip(encoded_all, results, strict=True):
-                rec = self._keys.get(key)
-                fresh = rec is None
-                if rec is None:
-                    rec = self._gone.get(key) or self._new_record(key, _Stored(encoded))
-                outcome = self._outcome(rec, result)
-                rows.append(
-                    StoredKey(
-                        key,
-                        encoded,
-                        rec.generation + 1,
-                        outcome[0].value,
-                        _us(outcome[1]),
-                        _us(rec.last_scheduled_for),
-                        outcome[2],
-                    )
-                )
-                plans.append((rec, fresh, _Stored(encoded), outcome, result))
-            generations = self._store.replace(rows, None if self._shared else removed)
-            for key in removed:
-                self._forget(key)
-            for (rec, fresh, data, (state, at, last_error), result), generation in zip(
-                plans, generations, strict=True
-            ):
-                if fresh:
-                    self._keys[rec.key] = rec
-                    if self._gone.get(rec.key) is rec:
-                        del self._gone[rec.key]
-                elif rec.running and self._cancel_on_replace and rec.contexts:
-                    for ctx in rec.contexts:
-                        ctx.cancelled.set()
-                self._loaded.discard(rec.key)
-                rec.data = data
-                rec.catch_up = None
-                rec.generation = generation  # (the store's: see _upsert)
-                if self._shared:
-                    self._taken(rec.key)
-                self._apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
+            rows = [change.row for change in changes]
+            if not self._shared:
+                self._replaced(changes, removed, self._store.replace(rows, removed))
+                return
+            keys = [*mapping, *removed]
+            seq = self._changing(keys)
+            future = self._writer().submit(self._store.replace, rows, None)
+        generations = self._committed(future, keys, seq)
+        with self._lock:
+            self._replaced(changes, removed, generations, seq)
         self._raise_held()
+
+    def _replaced(
+        self, changes: list[_Change], removed: list[Hashable], generations: list[int], seq: int | None = None
+    ) -> None:
+        """A replace_all() that the store committed: applied (a shared store's: key by key, see _applies)."""
+        for key in removed:
+            if (seq is None or self._applies(key, seq)) and key in self._keys:
+                self._forget(key)
+        for change, generation in zip(changes, generations, strict=True):
+            if seq is None or self._applies(change.row.key, seq):
+                self._changed(change, generation)
 
     def remove(self, key: Hashable) -> bool:
         """Forget a key and take back its timer; False (no error) for an unknown key.
@@ -799,17 +941,21 @@ class KeyedScheduler:
             self._check_caller()
             if self._shared:  # held here or by another process: the store knows
                 self._check_open()
-                existed = self._store.delete(key)
-                if key in self._keys:
-                    self._forget(key)
-                    return True
-                return existed
-            if key not in self._keys:
+                seq = self._changing([key])
+                future = self._writer().submit(self._store.delete, key)
+            elif key not in self._keys:
                 return False
-            if self._durable:
-                self._store.delete(key)  # committed first: a store that fails changes nothing
-            self._forget(key)
-            return True
+            else:
+                if self._durable:
+                    self._store.delete(key)  # committed first: a store that fails changes nothing
+                self._forget(key)
+                return True
+        existed = bool(self._committed(future, [key], seq))
+        with self._lock:
+            if self._applies(key, seq) and key in self._keys:
+                self._forget(key)
+                return True
+        return existed
 
     def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
@@ -1053,7 +1199,18 @@ class KeyedScheduler:
                 return _STALE
             if not self._shared:
                 return self._take_done(ctx, start, self._take(start))
-        taken = await asyncio.wrap_future(self._writer().submit(self._take, start))
+        take = asyncio.wrap_future(self._writer().submit(self._take, start))
+        try:
+            taken = await asyncio.shield(take)
+        except asyncio.CancelledError:  # (the scheduler closing): the take is made all the same
+            taken = await take
+            with self._lock:  # not run, and not recorded as ended: a taken fire stays unfinished, and
+                start.rec.running -= 1  # whoever holds the key next runs it again (recover)
+                self._rearm_waiting(start.rec)
+                self._settle(start.rec)
+                if self._closed:
+                    self._release_store()
+            raise
         with self._lock:
             return self._take_done(ctx, start, taken)
 
@@ -1108,29 +1265,43 @@ class KeyedScheduler:
             rec, generation, scheduled_for, rerun, wall_now, rest, state, at, last_error, error, row
         )
 
-    def _take(self, start: _Start) -> int | BaseException:
+    def _take(self, start: _Start) -> tuple[int | BaseException, float]:
         """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
-        it was taken already (or, a shared store, the key is held elsewhere), or the store's error."""
+        it was taken already (or, a shared store, the key is held elsewhere), or the store's error; and
+        the monotonic time the take was asked for (a shared store's lease on the key runs from then)."""
+        asked = time.monotonic()
         if start.row is None:
-            return 1
+            return 1, asked
         try:
-            if not self._shared:
-                self._record_unrecorded()
-            return int(
-                self._store.start_fire(
-                    start.row, _micro(start.scheduled_for), _micro(start.wall_now), start.rerun
-                )
+            self._record_unrecorded()
+            attempt = self._store.start_fire(
+                start.row, _micro(start.scheduled_for), _micro(start.wall_now), start.rerun
             )
         except Exception as exc:
-            return exc
+            return exc, asked
+        return int(attempt), asked
 
-    def _take_done(self, ctx: JobContext, start: _Start, taken: int | BaseException) -> Any:
-        """Under the lock, after the take: the run's data, or _STALE if it does not run after all."""
+    def _take_done(self, ctx: JobContext, start: _Start, take: tuple[int | BaseException, float]) -> Any:
+        """Under the lock, after the take: the run's data, or _STALE if it does not run after all.
+
+        A shared store's key is held under a lease: a process that was paused (SIGSTOP, a long GC, a
+        laptop lid) since it asked for the take may have lost the key to another process meanwhile, so
+        no run starts once the lease may have lapsed, by this process's monotonic clock from the moment
+        the take was asked for. The fire is then taken again (a rerun of this process's own unfinished
+        fire), which succeeds only while the key is still held here."""
         rec, generation, scheduled_for = start.rec, start.generation, start.scheduled_for
+        taken, asked = take
+        lapsed = self._lease is not None and time.monotonic() >= asked + self._lease
+        if lapsed and isinstance(taken, int) and taken:
+            taken = LeaseLapsed(
+                f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
+                f"the process longer than the lease, {self._lease} s): taken again before it runs"
+            )
         if isinstance(taken, BaseException) or not taken:
             rec.running -= 1
             if isinstance(taken, BaseException):  # the store failed: the fire is not lost, tried again soon
-                self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now)
+                delay = 0.0 if isinstance(taken, LeaseLapsed) else 1.0
+                self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now, delay)
             elif self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed:
                 # taken already (or, a shared store, the key is held elsewhere): the next one
                 rec.catch_up = start.rest or None
@@ -1147,6 +1318,7 @@ class KeyedScheduler:
         rec.catch_up = start.rest or None  # (taken: off the queue)
         rec.last_scheduled_for = scheduled_for
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
+        ctx.fence = Fence(generation, _micro(scheduled_for), taken)
         if rec.contexts is None:
             rec.contexts = [ctx]
         else:
@@ -1227,23 +1399,38 @@ class KeyedScheduler:
             return max(fallback, engine._cal.now if engine is not None else fallback)
 
     def _retry(
-        self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException, wall_now: float
+        self,
+        rec: _Key,
+        scheduled_for: float,
+        rerun: bool,
+        error: BaseException,
+        wall_now: float,
+        delay: float = 1.0,
     ) -> None:
-        """A fire that the store could not record: back at the head of the queue, tried again in 1 s."""
+        """A fire that the store could not take (it failed, a row lock held it, the lease may have
+        lapsed): back at the head of its key's queue, tried again in `delay` s while the others go on.
+        Logged once per key and error (DEBUG while the leases are lost), then at DEBUG until it is taken."""
+        message = _describe(error)
+        level = logging.ERROR
+        if self._leases_lost or rec.last_error == message:
+            level = logging.DEBUG
+        elif isinstance(error, LeaseLapsed):
+            level = logging.WARNING
         log_safely(
             logger,
             (KeyboardInterrupt, SystemExit),
-            logging.DEBUG if self._leases_lost else logging.ERROR,
-            "timerwheel: the %s failed to record a fire of key %r (%r); retrying in 1 s",
+            level,
+            "timerwheel: the %s could not take a fire of key %r (%r); retrying in %.0f s",
             self._store.name,
             rec.key,
             error,
-            exc_info=error,
+            delay,
+            exc_info=error if level == logging.ERROR else None,
         )
         _keep_first(rec, scheduled_for, rerun)
-        rec.last_error = _describe(error)
+        rec.last_error = message
         if self._engine is not None and rec.id is None:
-            self._engine.add_wall_timer(rec, wall_now + 1.0)
+            self._engine.add_wall_timer(rec, wall_now + delay)
 
     def _end(
         self,
@@ -1320,40 +1507,14 @@ class KeyedScheduler:
                     if started
                     else "superseded before it started"
                 )
-                self._record_unrecorded()
-                try:
-                    self._store.finish_fire(
-                        row if mine else None,
-                        rec.key,
-                        generation,
-                        _micro(scheduled_for),
-                        _micro(wall_now),
-                        message,
-                    )
-                except Exception as exc:  # recorded at the next write (or, if none comes, `recover` decides)
-                    self._unrecorded.append(
-                        FinishedFire(rec.key, generation, _micro(scheduled_for), _micro(wall_now), message)
-                    )
-                    log_safely(
-                        logger,
-                        (KeyboardInterrupt, SystemExit),
-                        logging.ERROR,
-                        "timerwheel: the %s failed to record the end of a run of key %r (%r); it is "
-                        "recorded with the next write",
-                        self._store.name,
-                        rec.key,
-                        exc,
-                        exc_info=exc,
-                    )
+                fire = FinishedFire(rec.key, generation, _micro(scheduled_for), _micro(wall_now), message)
+                self._write(self._finish, row if mine else None, fire)
             if outcome is not None and not self._closed:
                 self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
             self._settle(rec)
             if self._closed:
                 if self._shared and not rec.running and self._store_open():
-                    try:  # (closed: its key goes back as soon as its run ended, not with the last one)
-                        self._release([rec.key])
-                    except Exception as exc:  # its lease lapses by itself
-                        logger.warning("timerwheel: giving key %r back failed (%r)", rec.key, exc)
+                    self._release([rec.key])  # (closed: it goes back as soon as its run ended)
                 self._release_store()
         if started:
             self._call(self._on_finish, rec.key, data, error)
@@ -1393,42 +1554,36 @@ class KeyedScheduler:
                     _us(rec.last_scheduled_for),
                     outcome[2],
                 )
-                try:
-                    self._store.save([row])
-                except Exception as exc:  # the key is armed all the same; its row is written at its fire
-                    log_safely(
-                        logger,
-                        (KeyboardInterrupt, SystemExit),
-                        logging.ERROR,
-                        "timerwheel: the %s failed to record the dropped run of key %r (%r)",
-                        self._store.name,
-                        rec.key,
-                        exc,
-                        exc_info=exc,
-                    )
+                # (a store that fails: the key is armed all the same; its row is written at its fire)
+                self._write(self._save, [row], [], f"the dropped run of key {rec.key!r}")
             self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
+        self._raise_held()
 
     def _writer(self) -> _Writer:
-        """The shared store's writer (made at its first use)."""
+        """The shared store's writer."""
         writer = self._writer_thread
-        if writer is None:
-            writer = self._writer_thread = _Writer()
+        assert writer is not None, "only a shared store has a writer"
         return writer
 
     def _store_open(self) -> bool:
         return getattr(self._store, "_owner", None) is self
 
     def _record_unrecorded(self) -> None:
-        """Record the ends of runs that the store failed to record (with the next write, in order)."""
-        while self._unrecorded:
-            fire = self._unrecorded[0]
+        """Record the ends of runs that the store failed to record (with the next write, in order). A
+        local store's under the lock; a shared store's by the writer."""
+        while True:
+            with self._unrecorded_lock:
+                if not self._unrecorded:
+                    return
+                fire = self._unrecorded[0]
             try:
                 self._store.finish_fire(None, *fire)
             except Exception:
                 return  # (still failing: the next write tries again)
-            self._unrecorded.pop(0)
-            if self._shared:
-                self._recorded_late.add((fire.key, fire.generation, fire.scheduled_for))
+            with self._unrecorded_lock:
+                self._unrecorded.remove(fire)
+                if self._shared:
+                    self._recorded_late.add((fire.key, fire.generation, fire.scheduled_for))
 
     def _run_key(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
         """A key's run, as the scheduler's job: begin, run, end. Under an AsyncScheduler, a run that
@@ -1539,10 +1694,12 @@ class KeyedScheduler:
         rec.last_error = row.last_error
         return rec
 
-    def _decide_all(self, recs: list[_Key], wall_now: float) -> list[tuple[_Key, int, _Plan]]:
+    def _decide_all(
+        self, recs: list[_Key], wall_now: float
+    ) -> tuple[list[tuple[_Key, int, _Plan]], list[StoredKey], list[FinishedFire]]:
         """Stored keys (loaded at start, or claimed from a shared store): decide what each does about its
-        interrupted fires and the fires it missed (_decide), and write that, in one transaction. Nothing
-        is applied yet (see _apply_all); if the store fails, nothing changed."""
+        interrupted fires and the fires it missed (_decide), and the rows and finished fires that record
+        it (for the caller to write in one transaction). Nothing is applied yet (see _apply_all)."""
         plans = [(rec, rec.generation, self._decide(rec, wall_now)) for rec in recs]
         # (next_run is user code: it may have removed or replaced a key meanwhile; that one is left be)
         plans = [p for p in plans if self._keys.get(p[0].key) is p[0] and p[0].generation == p[1]]
@@ -1561,10 +1718,8 @@ class KeyedScheduler:
             or (plan.state, plan.at, plan.last_error) != (rec.state, rec.next_run_at, rec.last_error)
         ]
         finished = [f for _, _, plan in plans for f in plan.finished]
-        if rows or finished:
-            self._store.save(rows, finished)
         self._unfinished.clear()
-        return plans
+        return plans, rows, finished
 
     def _apply_all(self, plans: list[tuple[_Key, int, _Plan]]) -> None:
         """Apply what _decide_all decided and wrote: arm the keys, then tell on_missed."""
@@ -1673,7 +1828,10 @@ class KeyedScheduler:
 
         def work() -> None:
             recs = []
-            unrecorded = {(f.key, f.generation, f.scheduled_for) for f in self._unrecorded}
+            with self._unrecorded_lock:
+                unrecorded = {(f.key, f.generation, f.scheduled_for) for f in self._unrecorded}
+                unrecorded |= self._recorded_late  # (recorded since the claim read them: they did end)
+                self._recorded_late.clear()
             for row in rows:
                 if self._stamps.get(row.key, 0) > stamp:
                     continue
@@ -1687,19 +1845,19 @@ class KeyedScheduler:
                 self._taken(row.key)
                 recs.append(rec)
             taken = {rec.key for rec in recs}
-            unrecorded |= self._recorded_late  # (recorded since the claim read them: they did end)
-            self._recorded_late.clear()
             for fire in fires:  # (a run whose end this process failed to record did end: not run again)
                 if fire.key in taken and (fire.key, fire.generation, fire.scheduled_for) not in unrecorded:
                     self._unfinished.setdefault(fire.key, []).append(fire)
             try:
-                plans = self._decide_all(recs, self._wall_now())
+                plans, decided, finished = self._decide_all(recs, self._wall_now())
             except BaseException:  # not taken here after all: the next round gives them back
                 self._unfinished.clear()
                 for rec in recs:
                     if self._keys.get(rec.key) is rec:
                         del self._keys[rec.key]
                 raise
+            if decided or finished:  # (written before any take of these keys: the writer keeps the order)
+                self._write(self._save, decided, finished, f"what {len(recs)} claimed key(s) do")
             self._apply_all(plans)
 
         def closed() -> None:  # (claimed as this KeyedScheduler closed: back to the others)
@@ -1746,15 +1904,15 @@ class KeyedScheduler:
     def _shared_flush(self) -> None:
         """Record the ends of runs the store failed to record (before the keeper claims keys: a claimed
         key's unfinished fire would otherwise be run again)."""
-        self._post(self._record_unrecorded)
+        self._write(self._record_unrecorded)
 
     def _shared_shed(self, count: int) -> None:
         """This process holds `count` keys more than its share: give back that many of those not running,
         the latest due first."""
 
         def work() -> None:
-            self._record_unrecorded()
-            pending = {f.key for f in self._unrecorded}  # (their ends are not in the database yet)
+            with self._unrecorded_lock:
+                pending = {f.key for f in self._unrecorded}  # (their ends are not in the database yet)
             idle = [
                 rec
                 for rec in self._keys.values()
@@ -1769,13 +1927,8 @@ class KeyedScheduler:
         self._post(work)
 
     def _release(self, keys: list[Hashable]) -> None:
-        """Give keys back to the store, but never one whose last run's end is not recorded yet (another
-        process would find that fire unfinished and run it again)."""
-        self._record_unrecorded()
-        pending = {f.key for f in self._unrecorded}
-        keys = [k for k in keys if k not in pending]
-        if keys:
-            self._store.release(keys)  # type: ignore[attr-defined]
+        """Give keys back to the store (by the writer, see _release_now)."""
+        self._write(self._release_now, keys)
 
     def _shared_lost(self) -> None:
         """The store could not renew its leases for a whole lease. Nothing fires here meanwhile anyway (a
@@ -1831,11 +1984,16 @@ class KeyedScheduler:
         missed: list[float] = []
         t: float | None = base
         result: Any = base
+        # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
+        # fire log as unfinished (rerun, or abandoned, above). A life that decided to rerun it and ended
+        # before the rerun left it as the key's next run: it is that rerun, not a miss.
+        started = rec.last_scheduled_for
         while t is not None and t <= wall_now:
             if len(missed) > self._max_catch_up:
                 plan.beyond = True
                 break
-            missed.append(t)
+            if started is None or t > started:
+                missed.append(t)
             result = _advancing(self._evaluate(rec.key, rec.data, t), t)
             t = result if isinstance(result, float) else None  # (a next_run that keeps its date: once)
         grace = self._grace
@@ -2005,6 +2163,31 @@ def _check_scheduler_open(scheduler: Any) -> None:
 _CLOSED = Lifecycle.CLOSED
 
 
+class Fence(NamedTuple):
+    """A run's fencing token (`ctx.fence`): it grows with every run of a key that may have overlapped an
+    earlier one in another process, so that the job's own writes can refuse the older run's.
+
+    Compared as a tuple: a newer generation (an upsert) is greater; within a generation, a later fire;
+    within a fire, a later attempt (a rerun after a crash or a takeover). A job that writes somewhere
+    else stores the fence it ran with beside what it wrote and writes only over a smaller one.
+
+    Attributes:
+        generation: the key's generation.
+        scheduled_for: the fire's time, in integer microseconds since the epoch (UTC).
+        attempt: 1 for a fire's first run, 2 and more for its reruns (recover=Recover.RERUN).
+    """
+
+    generation: int
+    scheduled_for: int
+    attempt: int
+
+
+class LeaseLapsed(StoreError):
+    """A shared store's lease on a key may have lapsed before its run could start (the process was
+    paused longer than the lease): the run did not start; its fire is taken again, if the key is still
+    held here."""
+
+
 class _Writer:
     """A shared store's database work, done by one thread of the KeyedScheduler in the order it was
     decided (under the KeyedScheduler's lock, which is a ThreadedScheduler's own): nothing waits on the
@@ -2028,6 +2211,8 @@ class _Writer:
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
             future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
             try:
                 result = fn(*args)
             except BaseException as exc:  # (the writer never dies: its caller hears of it)
@@ -2035,11 +2220,24 @@ class _Writer:
             else:
                 future.set_result(result)
 
-    def stop(self) -> None:
-        """Do what was submitted, then stop (waits for it, unless called on the writer's own thread)."""
+    def stop(self, wait: bool = True) -> None:
+        """Do what was submitted, then stop; with `wait`, wait for that (not on the writer's own thread)."""
         self._queue.put(None)
-        if threading.current_thread() is not self._thread:
+        if wait and threading.current_thread() is not self._thread:
             self._thread.join()
+
+
+class _Change(NamedTuple):
+    """A user's change of a key for a durable store (KeyedScheduler._change): its row, and what the key
+    becomes once the row is committed."""
+
+    rec: _Key
+    encoded: str
+    state: KeyState
+    at: float | None
+    last_error: str | None
+    result: Any
+    row: StoredKey
 
 
 class _Start(NamedTuple):

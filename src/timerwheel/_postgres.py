@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import socket
 import threading
@@ -37,12 +36,13 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from ._store import FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from ._validate import seconds as _seconds
 
 __all__ = ["PostgresStore"]
 
 logger = logging.getLogger("timerwheel")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHANNEL = "timerwheel"
 _LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 
@@ -78,27 +78,36 @@ _SCHEMA = [
         lease_until timestamptz NOT NULL,
         started_at timestamptz NOT NULL DEFAULT clock_timestamp()
     )""",
+    # Version 1 had a start_fire that returned a boolean: a function's result type cannot be replaced.
+    """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
+        double precision, text, bigint, text)""",
     # A fire taken in one round trip: the key must be held (owner, generation) by the caller; the fire
     # must be new, or an unfinished one of the caller's (a retry after a lost connection), or, for a
-    # rerun, any unfinished one (the interrupted fire of a process that died).
+    # rerun, any unfinished one (the interrupted fire of a process that died). It never waits for the
+    # key's row: a row locked by another session (an operator's open transaction) raises
+    # lock_not_available at once, and the fire is tried again later while the other keys go on.
+    # Returns the fire's attempt (1, more for a rerun), or 0 if it was not taken.
     """CREATE OR REPLACE FUNCTION timerwheel_start_fire(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
-        p_last_error text) RETURNS boolean LANGUAGE plpgsql AS $$
+        p_last_error text) RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        v_attempts integer;
     BEGIN
         PERFORM 1 FROM timerwheel_keys
-            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
+            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE NOWAIT;
         IF NOT FOUND THEN
-            RETURN false;
+            RETURN 0;
         END IF;
         INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
             VALUES (p_key, p_generation, p_scheduled_for, p_started_at, p_owner)
             ON CONFLICT (key, generation, scheduled_for) DO UPDATE
             SET attempts = f.attempts + (CASE WHEN p_rerun THEN 1 ELSE 0 END),
                 started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
-            WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner);
+            WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner)
+            RETURNING attempts INTO v_attempts;
         IF NOT FOUND THEN
-            RETURN false;
+            RETURN 0;
         END IF;
         DELETE FROM timerwheel_fires
             WHERE key = p_key AND finished_at IS NOT NULL AND scheduled_for < p_scheduled_for;
@@ -106,11 +115,43 @@ _SCHEMA = [
             last_scheduled_for = p_scheduled_for, last_error = p_last_error,
             lease_until = clock_timestamp() + make_interval(secs => p_lease)
             WHERE key = p_key;
-        RETURN true;
+        RETURN v_attempts;
+    END $$""",
+    # A run's end: the fire is marked finished; the key's row is written only by the holder of that
+    # generation, and only if the row can be had without waiting (a row locked by another session is
+    # left as it is: the fire log says the run ended, which is what a later owner's start reads).
+    """CREATE OR REPLACE FUNCTION timerwheel_finish_fire(
+        p_key text, p_generation bigint, p_scheduled_for bigint, p_finished_at bigint, p_error text,
+        p_owner text, p_write boolean, p_state text, p_next_run_at bigint, p_last_scheduled_for bigint,
+        p_last_error text) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE timerwheel_fires SET finished_at = p_finished_at, error = p_error
+            WHERE key = p_key AND generation = p_generation AND scheduled_for = p_scheduled_for;
+        IF p_write THEN
+            BEGIN
+                PERFORM 1 FROM timerwheel_keys
+                    WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE NOWAIT;
+                IF FOUND THEN
+                    UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
+                        last_scheduled_for = p_last_scheduled_for, last_error = p_last_error
+                        WHERE key = p_key;
+                END IF;
+            EXCEPTION WHEN lock_not_available THEN
+                NULL;
+            END;
+        END IF;
     END $$""",
 ]
 
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
+# A key's generation never goes back, across a delete too: the highest generation of any key deleted is
+# kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.
+_ABOVE_FLOOR = "GREATEST(%s, (SELECT value::bigint + 1 FROM timerwheel_meta WHERE name = 'generation_floor'))"
+_RAISE_FLOOR = (  # (after `WITH d AS (DELETE ... RETURNING generation)`)
+    "INSERT INTO timerwheel_meta AS m (name, value) SELECT 'generation_floor', max(generation)::text FROM d "
+    "HAVING max(generation) IS NOT NULL ON CONFLICT (name) DO UPDATE "
+    "SET value = GREATEST(m.value::bigint, EXCLUDED.value::bigint)::text"
+)
 _MAX_LEASE = 366 * 86400.0  # seconds: a year (a timestamptz holds it; beyond, nothing is gained)
 MAX_KEY = 1000  # characters of a key's JSON: it travels in NOTIFY payloads (8000 bytes) and an index
 
@@ -145,15 +186,23 @@ class PostgresStore:
     scheduler the store's clock, so that due times are read from the database's clock:
     `ThreadedScheduler(wall_clock=store.wall)`.
 
+    No statement waits on the database with the scheduler's lock held, or on an event loop's thread:
+    the KeyedScheduler's writes go through a thread of its own, and a fire's take never waits for a
+    key's row that another session holds locked (an operator's open transaction, a migration): that
+    key is tried again every second, while the others go on. Every statement of the store's
+    connections has a lock timeout and a statement timeout.
+
     Args:
         dsn: a libpq connection string or URI.
         lease: seconds a process holds the keys it claimed without renewing them (renewed every
             lease/3 s by a thread of the store); a process that dies has its keys taken over within
             lease + lease/3 seconds.
+        lock_timeout: seconds a statement may wait for a lock (PostgreSQL's lock_timeout).
+        statement_timeout: seconds a statement may take (PostgreSQL's statement_timeout).
 
     Raises:
-        TypeError: dsn is not a str; lease is not a number.
-        ValueError: lease is not between 0.3 s and a year.
+        TypeError: dsn is not a str; lease, lock_timeout or statement_timeout is not a number.
+        ValueError: lease is not between 0.3 s and a year; a timeout is not > 0 (and at most a day).
         StoreError: the database cannot be reached, or holds a timerwheel schema of a newer version.
         ImportError: psycopg is not installed.
     """
@@ -161,14 +210,22 @@ class PostgresStore:
     durable = True
     shared = True
 
-    def __init__(self, dsn: str, *, lease: float = 30.0) -> None:
+    def __init__(
+        self, dsn: str, *, lease: float = 30.0, lock_timeout: float = 1.0, statement_timeout: float = 30.0
+    ) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, not {type(dsn).__name__}")
-        if isinstance(lease, bool) or not isinstance(lease, (int, float)):
-            raise TypeError(f"lease must be a number of seconds, not {type(lease).__name__}")
-        lease = float(lease)
-        if not math.isfinite(lease) or not 0.3 <= lease <= _MAX_LEASE:
+        lease = _seconds(lease, "lease")
+        if not 0.3 <= lease <= _MAX_LEASE:
             raise ValueError(f"lease must be between 0.3 and {_MAX_LEASE:.0f} seconds, got {lease!r}")
+        self.lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        self.statement_timeout = _seconds(statement_timeout, "statement_timeout")
+        for name, value in (
+            ("lock_timeout", self.lock_timeout),
+            ("statement_timeout", self.statement_timeout),
+        ):
+            if not 0 < value <= 86400:
+                raise ValueError(f"{name} must be > 0 seconds (and at most a day), got {value!r}")
         try:
             import psycopg
         except ImportError:
@@ -208,7 +265,7 @@ class PostgresStore:
     # -- connections ----------------------------------------------------------------------------------
 
     def _connect(self) -> Any:
-        return self._psycopg.connect(
+        conn = self._psycopg.connect(
             self.dsn,
             autocommit=True,
             connect_timeout=10,
@@ -218,6 +275,15 @@ class PostgresStore:
             keepalives_interval=2,
             keepalives_count=5,
         )
+        try:  # (for the session: no statement waits for a lock, or runs, without bound)
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
+                (f"{round(self.lock_timeout * 1000)}ms", f"{round(self.statement_timeout * 1000)}ms"),
+            )
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _connection(self) -> Any:
         if self._closed:
@@ -233,10 +299,25 @@ class PostgresStore:
             with contextlib.suppress(Exception):
                 conn.close()
 
-    def _do(self, work: Callable[[Any], Any]) -> Any:
+    def _do(self, work: Callable[[Any], Any], what: str) -> Any:
         """Run `work(connection)` on the main connection; again on a fresh connection if the first one
         was lost, and again after a deadlock or a serialization failure (every statement of the store
-        may be repeated: see timerwheel_start_fire)."""
+        may be repeated: see timerwheel_start_fire). What the database raises comes out as a StoreError
+        that says what could not be done (`what`) and why: a row another session holds locked, a
+        statement past its timeout, a database that cannot be reached."""
+        try:
+            return self._attempts(work)
+        except self._psycopg.Error as exc:
+            errors = self._psycopg.errors
+            if isinstance(exc, errors.LockNotAvailable):
+                why = "a row it needs is locked by another session"
+            elif isinstance(exc, errors.QueryCanceled):
+                why = f"a statement took longer than its timeout ({self.statement_timeout} s)"
+            else:
+                why = "the database failed"
+            raise StoreError(f"the {self.name} could not {what}: {why} ({exc})") from exc
+
+    def _attempts(self, work: Callable[[Any], Any]) -> Any:
         errors = self._psycopg.errors
         with self._lock:
             for attempt in range(1, 5):
@@ -305,8 +386,9 @@ class PostgresStore:
             return int(
                 conn.execute(
                     "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner, lease_until) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                    "%s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (key) DO UPDATE SET "
+                    "last_scheduled_for, last_error, owner, lease_until) VALUES "
+                    f"(%s, %s, {_ABOVE_FLOOR}, %s, %s, %s, %s, %s, clock_timestamp() + "
+                    "make_interval(secs => %s)) ON CONFLICT (key) DO UPDATE SET "
                     "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
                     "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
@@ -316,7 +398,7 @@ class PostgresStore:
                 ).fetchone()[0]
             )
 
-        return int(self._do(work))
+        return int(self._do(work, f"store key {row.key!r}"))
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
         """replace_all(): every row stored as a new generation and held by this process, and every other
@@ -331,12 +413,19 @@ class PostgresStore:
         def work(conn: Any) -> dict[str, int]:
             with conn.transaction():
                 conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
-                conn.execute("DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s))", (keys,))
+                conn.execute(
+                    f"WITH d AS (DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s)) RETURNING generation) "
+                    f"{_RAISE_FLOOR}",
+                    (keys,),
+                )
                 result = conn.execute(
                     "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner, lease_until) SELECT u.*, %s, clock_timestamp() + "
+                    "last_scheduled_for, last_error, owner, lease_until) SELECT u.key, u.data, "
+                    f"{_ABOVE_FLOOR.replace('%s', 'u.generation')}, u.state, u.next_run_at, "
+                    "u.last_scheduled_for, u.last_error, %s, clock_timestamp() + "
                     "make_interval(secs => %s) FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], "
-                    "%s::bigint[], %s::bigint[], %s::text[]) AS u ON CONFLICT (key) DO UPDATE SET "
+                    "%s::bigint[], %s::bigint[], %s::text[]) AS u(key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error) ON CONFLICT (key) DO UPDATE SET "
                     "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
                     "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
@@ -347,7 +436,7 @@ class PostgresStore:
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             return dict(result)
 
-        generations = self._do(work)
+        generations = self._do(work, f"replace the keys with {len(rows)} key(s)")
         return [int(generations[k]) for k in order]
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
@@ -380,7 +469,7 @@ class PostgresStore:
                         (keys, *columns, self.owner_id),
                     )
 
-        self._do(work)
+        self._do(work, f"write the state of {len(rows)} key(s)")
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires, wherever it is held (the others are notified). True if it existed."""
@@ -390,19 +479,24 @@ class PostgresStore:
         def work(conn: Any) -> bool:
             with conn.transaction():
                 conn.execute("DELETE FROM timerwheel_fires WHERE key = %s", (k,))
-                gone = conn.execute("DELETE FROM timerwheel_keys WHERE key = %s", (k,)).rowcount
+                gone = conn.execute(
+                    f"WITH d AS (DELETE FROM timerwheel_keys WHERE key = %s RETURNING generation) "
+                    f"{_RAISE_FLOOR} RETURNING 1",
+                    (k,),
+                ).rowcount
                 if gone:
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             return bool(gone)
 
-        return bool(self._do(work))
+        return bool(self._do(work, f"delete key {key!r}"))
 
-    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
-        this process holds the key at that generation; False (nothing written) otherwise, or if the fire
-        was taken already."""
+        this process holds the key at that generation: the fire's attempt (1, more for a rerun); 0
+        (nothing written) otherwise, or if the fire was taken already. StoreError, at once, if another
+        session holds the key's row locked."""
         k = _key(row.key)
-        return bool(
+        return int(
             self._do(
                 lambda conn: conn.execute(
                     "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -418,7 +512,8 @@ class PostgresStore:
                         row.next_run_at,
                         row.last_error,
                     ),
-                ).fetchone()[0]
+                ).fetchone()[0],
+                f"take a fire of key {row.key!r}",
             )
         )
 
@@ -432,23 +527,24 @@ class PostgresStore:
         error: str | None,
     ) -> None:
         """Mark the fire finished; write the key's row (unless None) if this process still holds it at
-        that generation."""
+        that generation, and another session does not hold the row locked (see timerwheel_finish_fire)."""
         k = _key(key)
-        fire = (
-            "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
-            "WHERE key = %s AND generation = %s AND scheduled_for = %s"
-        )
-        args: tuple[Any, ...] = (finished_at, error, k, generation, scheduled_for)
-        if row is None:
-            statement = fire
-        else:
-            statement = (
-                f"WITH f AS ({fire}) UPDATE timerwheel_keys SET state = %s, next_run_at = %s, "
-                "last_scheduled_for = %s, last_error = %s WHERE key = %s AND generation = %s AND owner = %s"
+        state = next_run_at = last = last_error = None
+        if row is not None:
+            state, next_run_at, last, last_error = (
+                row.state,
+                row.next_run_at,
+                row.last_scheduled_for,
+                row.last_error,
             )
-            args += (row.state, row.next_run_at, row.last_scheduled_for, row.last_error, k, generation)
-            args += (self.owner_id,)
-        self._do(lambda conn: conn.execute(statement, args))
+        args = (k, generation, scheduled_for, finished_at, error, self.owner_id, row is not None)
+        self._do(
+            lambda conn: conn.execute(
+                "SELECT timerwheel_finish_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                (*args, state, next_run_at, last, last_error),
+            ),
+            f"record the end of a run of key {key!r}",
+        )
 
     def release(self, keys: Iterable[Hashable]) -> None:
         """Give keys back (held by this process no more): any process may claim them at once."""
@@ -460,7 +556,8 @@ class PostgresStore:
                 "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
                 "WHERE owner = %s AND key = ANY(%s)",
                 (self.owner_id, encoded),
-            )
+            ),
+            f"give {len(encoded)} key(s) back",
         )
 
     def detach(self, running: list[Hashable]) -> None:
@@ -474,7 +571,8 @@ class PostgresStore:
                     "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
                     "WHERE owner = %s AND NOT (key = ANY(%s))",
                     (self.owner_id, keep),
-                )
+                ),
+                "give its keys back",
             )
         except Exception as exc:  # unreachable: the leases lapse by themselves
             logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
@@ -494,7 +592,8 @@ class PostgresStore:
                     "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
                     "WHERE owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
                     (self.owner_id, self.owner_id),
-                )
+                ),
+                "give its keys back",
             )
         except Exception as exc:  # unreachable: the leases lapse by themselves
             logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
@@ -571,11 +670,15 @@ class PostgresStore:
             (self.owner_id, self.lease, self.owner_id),
         ).fetchone()
         stamp = holder._shared_stamp()
-        held = conn.execute(  # (rows locked in key order: no deadlock with a replace_all elsewhere)
-            "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
-            "WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner = %s ORDER BY key FOR UPDATE) "
-            "AND owner = %s RETURNING key, generation",
-            (self.lease, self.owner_id, self.owner_id),
+        # Renewed without waiting for a row another session holds locked (an operator's open transaction):
+        # that key is renewed at a later round; what is held is read, not locked (a plain read waits for
+        # no lock), so that a locked row is not taken for a key lost.
+        held = conn.execute(
+            "WITH r AS (UPDATE timerwheel_keys "
+            "SET lease_until = clock_timestamp() + make_interval(secs => %s) WHERE key IN "
+            "(SELECT key FROM timerwheel_keys WHERE owner = %s FOR UPDATE SKIP LOCKED) AND owner = %s) "
+            "SELECT key, generation FROM timerwheel_keys WHERE owner = %s",
+            (self.lease, self.owner_id, self.owner_id, self.owner_id),
         ).fetchall()
         self._valid_until = started + self.lease
         holder._shared_reconcile({decode_key(k): g for k, g in held}, stamp)
@@ -667,6 +770,7 @@ class PostgresStore:
             self._do(
                 lambda conn: conn.execute(
                     "SELECT count(*) FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
-                ).fetchone()[0]
+                ).fetchone()[0],
+                "count the keys it holds",
             )
         )

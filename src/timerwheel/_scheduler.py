@@ -121,9 +121,11 @@ class JobContext:
         cancelled: a threading.Event set when the scheduler stops or closes, and when the run's timeout
             elapses; a long job should check it (or wait on it) and return early.
         timed_out: whether the run's timeout elapsed.
+        fence: a KeyedScheduler run's fencing token (a Fence: the key's generation, the fire, the
+            attempt), which the job's own writes can check; None for other runs.
     """
 
-    __slots__ = ("cancelled", "scheduled_for", "task_id", "timed_out", "timeout")
+    __slots__ = ("cancelled", "fence", "scheduled_for", "task_id", "timed_out", "timeout")
 
     def __init__(self, task_id: int, scheduled_for: float, timeout: float | None) -> None:
         self.task_id = task_id
@@ -131,6 +133,7 @@ class JobContext:
         self.timeout = timeout
         self.cancelled = threading.Event()
         self.timed_out = False
+        self.fence: Any = None
 
     def __repr__(self) -> str:
         return f"JobContext(task_id={self.task_id}, scheduled_for={self.scheduled_for!r})"
@@ -1296,14 +1299,29 @@ class _Engine:
             self._cal.tasks.add(task)
 
     def _arm_cron(self, task: _Task, after: float) -> None:
-        """Arm a cron task at its first point after the wall time `after`; end it if there is none."""
-        point = task.plan.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
-        if point is None:  # an expression that matches nothing more: the task is over
+        """Arm a cron task at its first point after the wall time `after`; end it if there is none.
+
+        A point that is not after `after` would fire again at once, for ever; it ends the task with an
+        error recorded, as does a calendar that fails (OverflowError at the ends of datetime's range):
+        never a loop, and nothing raised into the drain."""
+        error: Exception | None = None
+        wall: float | None = None
+        try:
+            point = task.plan.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
+            if point is not None:
+                wall = point.timestamp()
+                if not wall > after:
+                    raise ValueError(f"cron: {task.plan.cron!r} gave {point!r}, not after {after!r}")
+        except (ArithmeticError, ValueError) as exc:
+            error, wall = exc, None
+        if wall is None:  # an expression that matches nothing more (or a calendar that failed): over
             task.live = False
             self._tasks.pop(task.id, None)
             self._cal.tasks.discard(task)
+            if error is not None:
+                self._reports.error(task.id, error)
             return
-        self._arm_wall(task, point.timestamp())
+        self._arm_wall(task, wall)
 
     def _log(self, level: int, msg: str, *args: Any, exc_info: Any = None) -> None:
         self._reports.log(level, msg, *args, exc_info=exc_info)

@@ -16,6 +16,7 @@ cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _FIXED_RATE, _NO_OPTIONS
 
 cdef class JobContext:
     cdef public object cancelled
+    cdef public object fence
     cdef public double scheduled_for
     cdef public object task_id
     cdef public bint timed_out

@@ -105,10 +105,10 @@ class KeyStore(Protocol):
         of keys stored anew (see put). True if it was stored."""
         ...
 
-    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Record the fire (row.key, row.generation, scheduled_for) as started and write the key's row, in
-        one transaction. False (nothing written) if that fire was taken already; a rerun of an unfinished
-        fire counts one more attempt of it."""
+        one transaction. Returns the attempt it is (1; a rerun of an unfinished fire counts one more
+        attempt of it), or 0 (nothing written) if that fire was taken already."""
         ...
 
     def finish_fire(
@@ -156,9 +156,9 @@ class MemoryStore:
         """Nothing to write."""
         return False
 
-    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
-        """Every fire is taken."""
-        return True
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
+        """Every fire is taken, at its first attempt."""
+        return 1
 
     def finish_fire(
         self,
@@ -768,36 +768,45 @@ class SQLiteStore:
         self._floor = max(self._floor, floor)
         return bool(gone)
 
-    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> bool:
-        """Record the fire as started and write the key's row, in one transaction (see KeyStore). The
-        key's finished fires before this one are dropped from the log: the key's row says where it is."""
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
+        """Record the fire as started and write the key's row, in one transaction (see KeyStore): the
+        attempt it is, or 0. The key's finished fires before this one are dropped from the log: the
+        key's row says where it is."""
         values = self._row(row)
         k = values[0]
+        fire = (k, row.generation, scheduled_for)
 
-        def work(db: sqlite3.Connection) -> bool:
+        def work(db: sqlite3.Connection) -> int:
+            attempt = 1
             if rerun:
                 taken = db.execute(
                     "UPDATE timerwheel_fires SET attempts = attempts + 1, started_at = ? "
                     "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
-                    (started_at, k, row.generation, scheduled_for),
+                    (started_at, *fire),
                 ).rowcount
+                if taken:
+                    (attempt,) = db.execute(
+                        "SELECT attempts FROM timerwheel_fires "
+                        "WHERE key = ? AND generation = ? AND scheduled_for = ?",
+                        fire,
+                    ).fetchone()
             else:
                 taken = db.execute(
                     "INSERT OR IGNORE INTO timerwheel_fires (key, generation, scheduled_for, started_at) "
                     "VALUES (?, ?, ?, ?)",
-                    (k, row.generation, scheduled_for, started_at),
+                    (*fire, started_at),
                 ).rowcount
             if not taken:
-                return False
+                return 0
             db.execute(
                 "DELETE FROM timerwheel_fires "
                 "WHERE key = ? AND finished_at IS NOT NULL AND scheduled_for < ?",
                 (k, scheduled_for),
             )
             db.execute(_PUT, values)
-            return True
+            return int(attempt)
 
-        return bool(self._transaction(work))
+        return int(self._transaction(work))
 
     def finish_fire(
         self,
