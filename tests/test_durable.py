@@ -143,6 +143,50 @@ def test_close_does_not_write_disabled_into_the_store(path: Path, clock: ManualC
     again.keyed.close()
 
 
+@pytest.mark.parametrize("reschedule", [Reschedule.BEFORE_RUN, Reschedule.AFTER_FINISH])
+def test_close_during_a_run_does_not_write_disabled_into_the_store(
+    path: Path, clock: ManualClock, reschedule: Reschedule
+) -> None:
+    """BEFORE_RUN, close() while a run goes: its end used to write the key's row as DISABLED with
+    next_run_at NULL, so that no later life ever ran the key again."""
+    life = Life(path, clock, reschedule=reschedule)
+
+    def closes(key: Any, data: Any) -> None:
+        life.keyed.close()  # (from the run: it does not wait for it)
+
+    life.keyed._run = closes  # type: ignore[method-assign]
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    life.advance(10)
+    assert life.keyed.get("a").state is KeyState.DISABLED  # type: ignore[union-attr]
+    again = Life(path, clock, reschedule=reschedule)
+    info = again.keyed.get("a")
+    assert info is not None and info.state is KeyState.PENDING and info.next_run_at == at(20)
+    again.keyed.start()
+    again.advance(10)
+    assert again.ran == [("a", 20.0)]
+    again.keyed.close()
+
+
+def test_a_key_removed_and_upserted_again_keeps_its_generation_rising_across_lives(
+    path: Path, clock: ManualClock
+) -> None:
+    life = Life(path, clock)
+    life.keyed.start()
+    for _ in range(3):
+        life.keyed.upsert("a", {"every": 10})
+    assert life.keyed.remove("a")
+    life.keyed.upsert("a", {"every": 10})
+    assert life.keyed.get("a").generation == 5  # type: ignore[union-attr]  # (the removal was the 4th)
+    life.keyed.remove("a")
+    life.keyed.close()
+    again = Life(path, clock)  # the file remembers: a new life starts above every generation it held
+    again.keyed.start()
+    again.keyed.upsert("a", {"every": 10})
+    assert again.keyed.get("a").generation == 6  # type: ignore[union-attr]
+    again.keyed.close()
+
+
 # -- the catch-up table --------------------------------------------------------------------------------
 
 
