@@ -713,10 +713,9 @@ def test_datetimes_at_the_ends_of_the_range_make_the_key_invalid() -> None:
     k.close()
 
 
-def test_after_finish_runs_never_overlap_across_generations() -> None:
-    """An upsert during a run armed the new generation at once, and with workers=2 its run began beside
-    the old one: now the new generation's fire waits for the old run to end."""
-    clock = ManualClock(100.0, wall=T0)
+def overlap_counter() -> tuple[Callable[[Any, Any], None], threading.Event, list[int], list[int], list[Any]]:
+    """A run that counts how many runs go at once (the peak), and holds the runs of data "old" until
+    the gate opens: (run, gate, active, peak, ran)."""
     gate = threading.Event()
     active, peak, ran = [0], [0], []
     lock = threading.Lock()
@@ -730,6 +729,15 @@ def test_after_finish_runs_never_overlap_across_generations() -> None:
         with lock:
             active[0] -= 1
             ran.append(data)
+
+    return run, gate, active, peak, ran
+
+
+def test_after_finish_runs_never_overlap_across_generations() -> None:
+    """An upsert during a run armed the new generation at once, and with workers=2 its run began beside
+    the old one: now the new generation's fire waits for the old run to end."""
+    clock = ManualClock(100.0, wall=T0)
+    run, gate, active, peak, ran = overlap_counter()
 
     def next_run(now: datetime, key: Any, data: Any) -> datetime:
         return now + timedelta(seconds=0 if data == "old" and not ran else 5)
@@ -956,19 +964,7 @@ def test_remove_then_upsert_while_a_run_goes_waits_for_that_run_and_keeps_the_ge
     AFTER_FINISH's promise holds across the removal: its first fire waits for the old run to end, and the
     generation only goes up."""
     clock = ManualClock(100.0, wall=T0)
-    gate = threading.Event()
-    active, peak, ran = [0], [0], []
-    lock = threading.Lock()
-
-    def run(key: str, data: Any) -> None:
-        with lock:
-            active[0] += 1
-            peak[0] = max(peak[0], active[0])
-        if data == "old":
-            assert gate.wait(GENEROUS)
-        with lock:
-            active[0] -= 1
-            ran.append(data)
+    run, gate, active, peak, ran = overlap_counter()
 
     with ThreadedScheduler(clock=clock, workers=2) as sched:
         for reload in ("remove", "replace_all"):

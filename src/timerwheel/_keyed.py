@@ -1344,17 +1344,21 @@ class KeyedScheduler:
         if self._all_done is not None and not self._any_running():
             self._all_done.set()
 
-    def _rearm_waiting(self, rec: _Key) -> None:
-        """A run of the key ended, or did not start: a fire of a newer generation that waited for the
-        key's runs to end is armed now (see _prepare_start)."""
-        if (
-            rec.catch_up
+    def _waited(self, rec: _Key) -> bool:
+        """Whether a fire of a newer generation waits for the key's runs to end (see _prepare_start),
+        and they have: it is to be armed now."""
+        return (
+            bool(rec.catch_up)
             and rec.id is None
             and not rec.running
             and not self._closed
             and self._keys.get(rec.key) is rec
-        ):
-            self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+        )
+
+    def _rearm_waiting(self, rec: _Key) -> None:
+        """A run of the key did not start after all: a fire that waited for it is armed now."""
+        if self._waited(rec):
+            self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
 
     def _clock_failed(self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException) -> None:
         """The wall clock failed as a key's fire was to start: logged, counted, and the fire tried again
@@ -1480,14 +1484,8 @@ class KeyedScheduler:
                     if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
                         state = KeyState.PENDING if rec.next_run_at is not None else KeyState.DISABLED
                     outcome = (state, rec.next_run_at, last_error)
-            elif (
-                rec.catch_up
-                and rec.id is None
-                and not rec.running
-                and not self._closed
-                and self._keys.get(rec.key) is rec
-            ):  # a fire of the newer generation waited for this run to end: now
-                outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+            elif self._waited(rec):  # a fire of the newer generation waited for this run to end: now
+                outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
             if self._durable and self._store_open():
                 row = None
                 if outcome is not None:
