@@ -1237,3 +1237,27 @@ def test_every_run_carries_a_fence_that_grows(d: Driver) -> None:
     assert [f.attempt for f in fences] == [1, 1] and fences[1] > fences[0]
     assert fences[0].generation == 1 and fences[1].generation == 2
     assert fences[0].scheduled_for == round((T0 + 5) * 1_000_000)
+
+
+def test_the_coroutine_twins_of_upsert_replace_all_and_remove() -> None:
+    """aupsert(), areplace_all() and aremove(): with a store that is not shared, what the plain calls do."""
+    loop = VirtualTimeLoop(100.0, wall=T0)
+    ran: list[str] = []
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            k = KeyedScheduler(sched, every(5), lambda key, data: ran.append(key))
+            k.start()
+            await k.aupsert("a", 1)
+            await k.areplace_all({"a": 2, "b": 3})
+            assert await k.aremove("b") and not await k.aremove("b")
+            with pytest.raises(TypeError, match="hashable"):
+                await k.aupsert([], 1)
+            await asyncio.sleep(5)
+            assert ran == ["a"] and k.get("a").data == 2  # type: ignore[union-attr]
+            await k.aclose()
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()

@@ -520,6 +520,23 @@ def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> 
             started = time.monotonic()
             call()
             assert time.monotonic() - started < 0.5  # (a round trip at most; it waited for the lock)
+        failed: list[BaseException] = []
+
+        def upsert_locked() -> None:
+            try:
+                node.keyed.upsert("a", "new data")  # waits for the lock timeout (1 s), without our lock
+            except StoreError as exc:
+                failed.append(exc)
+
+        upserter = threading.Thread(target=upsert_locked)
+        upserter.start()
+        time.sleep(0.2)  # (it waits now)
+        started = time.monotonic()
+        node.keyed.get("b")
+        assert time.monotonic() - started < 0.5
+        upserter.join(10.0)
+        assert len(failed) == 1 and "locked" in str(failed[0])
+        assert node.keyed.get("a").data is None  # type: ignore[union-attr]  # (nothing changed)
         wait_for(lambda: runs_of(runs, "b") >= b_then + 5, 5.0, "the other keys go on firing")
         assert runs_of(runs, "a") <= a_then + 1  # (a fire taken as the lock came)
         assert node.keyed.get("a") is not None and "locked" in (node.keyed.get("a").last_error or "")
@@ -565,9 +582,25 @@ def test_under_asyncio_a_locked_row_never_blocks_the_event_loop(dsn: str) -> Non
             gaps.append(now - last)
             last = now
         assert runs_of(runs, "b") >= b_then + 5
+        ticking = asyncio.ensure_future(tick())
+        with pytest.raises(StoreError, match="locked"):  # (after the 1 s lock timeout: awaited)
+            await keyed.aupsert("a", "new data")
+        ticking.cancel()
         await locker.rollback()
         await locker.close()
+        await keyed.aupsert("a", "new data")
+        await keyed.areplace_all({"a": "new data", "c": None})
+        assert await keyed.aremove("c") and not await keyed.aremove("c")
+        assert sorted(keyed) == ["a"] and keyed.get("a").data == "new data"  # type: ignore[union-attr]
         await keyed.aclose()
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
 
     asyncio.run(main())
     assert max(gaps) < 0.25  # the loop went on every 10 ms (a wait for the lock would be 1 s and more)

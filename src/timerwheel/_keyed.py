@@ -711,6 +711,7 @@ class KeyedScheduler:
                 it raised. In each case nothing changed.
         """
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
+        pending: _Pending | None = None
         if lock is not None:
             lock.acquire()
         try:
@@ -728,7 +729,7 @@ class KeyedScheduler:
                 or (rec is not None and rec.running)
                 or (driver is not None and driver._state is _CLOSED)
             ):
-                self._upsert(rec, key, data)
+                pending = self._upsert(rec, key, data)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
             wall = self._wall()  # (first: a clock that fails changes nothing)
@@ -767,13 +768,25 @@ class KeyedScheduler:
         finally:
             if lock is not None:
                 lock.release()
+            if pending is not None:  # (a shared store's commit: waited for without the lock)
+                self._wait(pending)
             if self._holding:
                 self._raise_held()
 
-    def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> None:
+    async def aupsert(self, key: Hashable, data: Any = None) -> None:
+        """upsert(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited, never
+        waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
+        for). Raises what upsert() raises, and the store's StoreError."""
+        self._check_caller()
+        pending = self._upsert(self._keys.get(_checked_key(key)), key, data)
+        if pending is not None:
+            await self._await(pending)
+
+    def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> _Pending | None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
         the key runs. With a durable store the new row is committed first, then applied: a store that
-        fails changes nothing. A shared store's commit is a round trip, waited for without the lock."""
+        fails changes nothing. A shared store's commit is a round trip: what is returned then, for the
+        caller to wait for, or await, without the lock (see _Pending)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
@@ -792,19 +805,19 @@ class KeyedScheduler:
                 rec.generation += 1
                 rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 self._plan(rec, wall_now)
-                return
+                return None
             encode_key(key)
             change = self._change(key, self._encode(data), self._wall_now())
             if not self._shared:
                 self._changed(change, self._store.put(change.row))
-                return
+                return None
             seq = self._changing([key])
-            future = self._writer().submit(self._store.put, change.row)
-        generation = self._committed(future, [key], seq)
-        with self._lock:
-            if self._applies(key, seq):
-                self._changed(change, generation)
-        self._raise_held()
+
+            def apply(generation: int) -> None:
+                if self._applies(key, seq):
+                    self._changed(change, generation)
+
+            return _Pending([key], seq, self._writer().submit(self._store.put, change.row), apply)
 
     def _change(self, key: Hashable, encoded: str, wall_now: float) -> _Change:
         """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
@@ -856,16 +869,46 @@ class KeyedScheduler:
                 self._taken(key)  # (what the database said before now does not undo it)
         return self._seq
 
-    def _committed(self, future: Future[Any], keys: Iterable[Hashable], seq: int) -> Any:
-        """Wait for a change's commit (without the lock, unless a callback holds it); if it failed,
-        nothing was applied, and the error is raised."""
+    def _wait(self, pending: _Pending) -> Any:
+        """Wait for a change's commit (without the lock, unless a callback holds it), then apply it; if
+        it failed, nothing was applied, and the error is raised."""
         try:
-            return future.result()
+            result = pending.future.result()
         except BaseException:
-            with self._lock:
-                for key in keys:
-                    self._applies(key, seq, committed=False)
+            self._failed(pending)
             raise
+        with self._lock:
+            applied = pending.apply(result)
+        self._raise_held()
+        return applied
+
+    async def _await(self, pending: _Pending) -> Any:
+        """_wait(), awaited on an event loop. A coroutine cancelled meanwhile still applies what the
+        store committed (the commit cannot be taken back), then is cancelled."""
+        import asyncio
+
+        commit = asyncio.wrap_future(pending.future)
+        cancelled: BaseException | None = None
+        try:
+            try:
+                result = await asyncio.shield(commit)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+                result = await commit
+        except BaseException:
+            self._failed(pending)
+            raise
+        with self._lock:
+            applied = pending.apply(result)
+        if cancelled is not None:
+            raise cancelled
+        self._raise_held()
+        return applied
+
+    def _failed(self, pending: _Pending) -> None:
+        with self._lock:
+            for key in pending.keys:
+                self._applies(key, pending.seq, committed=False)
 
     def _applies(self, key: Hashable, seq: int, committed: bool = True) -> bool:
         """Whether change `seq` of `key`, now committed (or failed), is applied: unless a later change
@@ -886,6 +929,20 @@ class KeyedScheduler:
             TypeError: mapping is not a mapping, or one of its keys is not hashable.
             NotStartedError: as upsert(); nothing changed.
         """
+        pending = self._replace_all(mapping)
+        if pending is not None:  # (a shared store's commit: waited for without the lock)
+            self._wait(pending)
+        self._raise_held()
+
+    async def areplace_all(self, mapping: Mapping[Hashable, Any]) -> None:
+        """replace_all(), for a coroutine: a shared store's commit is awaited (see aupsert())."""
+        self._check_caller()
+        pending = self._replace_all(mapping)
+        if pending is not None:
+            await self._await(pending)
+        self._raise_held()
+
+    def _replace_all(self, mapping: Mapping[Hashable, Any]) -> _Pending | None:
         if not isinstance(mapping, Mapping):
             raise TypeError(f"mapping must be a mapping of key to data, not {type(mapping).__name__}")
         for key in mapping:
@@ -902,7 +959,7 @@ class KeyedScheduler:
                     self.remove(key)
                 for key, data in mapping.items():
                     self.upsert(key, data)
-                return  # (each upsert raised what it held)
+                return None  # (each upsert raised what it held)
             # Durable: every row computed, then one transaction, then applied.
             wall_now = self._wall_now()
             changes = [self._change(key, self._encode(data), wall_now) for key, data in mapping.items()]
@@ -910,14 +967,11 @@ class KeyedScheduler:
             rows = [change.row for change in changes]
             if not self._shared:
                 self._replaced(changes, removed, self._store.replace(rows, removed))
-                return
+                return None
             keys = [*mapping, *removed]
             seq = self._changing(keys)
             future = self._writer().submit(self._store.replace, rows, None)
-        generations = self._committed(future, keys, seq)
-        with self._lock:
-            self._replaced(changes, removed, generations, seq)
-        self._raise_held()
+            return _Pending(keys, seq, future, lambda gens: self._replaced(changes, removed, gens, seq))
 
     def _replaced(
         self, changes: list[_Change], removed: list[Hashable], generations: list[int], seq: int | None = None
@@ -936,26 +990,36 @@ class KeyedScheduler:
         Raises:
             TypeError: the key is not hashable.
         """
+        result = self._remove(key)
+        return result if isinstance(result, bool) else bool(self._wait(result))
+
+    async def aremove(self, key: Hashable) -> bool:
+        """remove(), for a coroutine: a shared store's commit is awaited (see aupsert())."""
+        self._check_caller()
+        result = self._remove(key)
+        return result if isinstance(result, bool) else bool(await self._await(result))
+
+    def _remove(self, key: Hashable) -> bool | _Pending:
         _check_key(key)
         with self._lock:
             self._check_caller()
             if self._shared:  # held here or by another process: the store knows
                 self._check_open()
                 seq = self._changing([key])
-                future = self._writer().submit(self._store.delete, key)
-            elif key not in self._keys:
+
+                def apply(existed: bool) -> bool:
+                    if self._applies(key, seq) and key in self._keys:
+                        self._forget(key)
+                        return True
+                    return existed
+
+                return _Pending([key], seq, self._writer().submit(self._store.delete, key), apply)
+            if key not in self._keys:
                 return False
-            else:
-                if self._durable:
-                    self._store.delete(key)  # committed first: a store that fails changes nothing
-                self._forget(key)
-                return True
-        existed = bool(self._committed(future, [key], seq))
-        with self._lock:
-            if self._applies(key, seq) and key in self._keys:
-                self._forget(key)
-                return True
-        return existed
+            if self._durable:
+                self._store.delete(key)  # committed first: a store that fails changes nothing
+            self._forget(key)
+            return True
 
     def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
@@ -2238,6 +2302,16 @@ class _Change(NamedTuple):
     row: StoredKey
 
 
+class _Pending(NamedTuple):
+    """A user's change of a shared store, handed to the writer: the caller waits for (or awaits) its
+    commit without the lock, then applies it under the lock (KeyedScheduler._wait, _await)."""
+
+    keys: list[Hashable]
+    seq: int
+    future: Future[Any]
+    apply: Callable[[Any], Any]
+
+
 class _Start(NamedTuple):
     """A fire about to start (KeyedScheduler._prepare_start): what its take writes, and the key's plan
     once it is taken."""
@@ -2260,3 +2334,8 @@ def _check_key(key: Any) -> None:
         hash(key)
     except TypeError:
         raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
+
+
+def _checked_key(key: Any) -> Any:
+    _check_key(key)
+    return key
