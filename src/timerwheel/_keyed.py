@@ -734,7 +734,11 @@ class KeyedScheduler:
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
             wall = self._wall()  # (first: a clock that fails changes nothing)
             if rec is None:  # (setdefault: a finalizer that the allocation ran may have added the key)
-                rec = self._keys.setdefault(key, self._new_record(key, data))
+                rec = self._gone.pop(key, None) if self._gone else None  # (_new_record, inline)
+                if rec is None:
+                    rec = _Key(self, key, data)
+                    rec.generation = self._floor
+                rec = self._keys.setdefault(key, rec)
             rec.data = data
             rec.generation += 1
             rec.catch_up = None
@@ -990,36 +994,39 @@ class KeyedScheduler:
         Raises:
             TypeError: the key is not hashable.
         """
-        result = self._remove(key)
-        return result if isinstance(result, bool) else bool(self._wait(result))
-
-    async def aremove(self, key: Hashable) -> bool:
-        """remove(), for a coroutine: a shared store's commit is awaited (see aupsert())."""
-        self._check_caller()
-        result = self._remove(key)
-        return result if isinstance(result, bool) else bool(await self._await(result))
-
-    def _remove(self, key: Hashable) -> bool | _Pending:
+        if self._shared:
+            return bool(self._wait(self._remove_shared(key)))
         _check_key(key)
         with self._lock:
             self._check_caller()
-            if self._shared:  # held here or by another process: the store knows
-                self._check_open()
-                seq = self._changing([key])
-
-                def apply(existed: bool) -> bool:
-                    if self._applies(key, seq) and key in self._keys:
-                        self._forget(key)
-                        return True
-                    return existed
-
-                return _Pending([key], seq, self._writer().submit(self._store.delete, key), apply)
             if key not in self._keys:
                 return False
             if self._durable:
                 self._store.delete(key)  # committed first: a store that fails changes nothing
             self._forget(key)
             return True
+
+    async def aremove(self, key: Hashable) -> bool:
+        """remove(), for a coroutine: a shared store's commit is awaited (see aupsert())."""
+        if not self._shared:
+            return self.remove(key)
+        return bool(await self._await(self._remove_shared(key)))
+
+    def _remove_shared(self, key: Hashable) -> _Pending:
+        """remove() with a shared store: held here or by another process, the store knows."""
+        _check_key(key)
+        with self._lock:
+            self._check_caller()
+            self._check_open()
+            seq = self._changing([key])
+
+            def apply(existed: bool) -> bool:
+                if self._applies(key, seq) and key in self._keys:
+                    self._forget(key)
+                    return True
+                return existed
+
+            return _Pending([key], seq, self._writer().submit(self._store.delete, key), apply)
 
     def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
