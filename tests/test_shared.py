@@ -192,12 +192,7 @@ def test_a_version_1_schema_is_migrated(dsn: str) -> None:
     sql(
         dsn,
         "DROP FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
-        "double precision, text, bigint, text)",
-    )
-    sql(
-        dsn,
-        "DROP FUNCTION timerwheel_finish_fire(text, bigint, bigint, bigint, text, text, boolean, "
-        "text, bigint, bigint, text)",
+        "double precision, text, bigint, text, double precision)",
     )
     sql(
         dsn,

@@ -83,19 +83,21 @@ _SCHEMA = [
         double precision, text, bigint, text)""",
     # A fire taken in one round trip: the key must be held (owner, generation) by the caller; the fire
     # must be new, or an unfinished one of the caller's (a retry after a lost connection), or, for a
-    # rerun, any unfinished one (the interrupted fire of a process that died). It never waits for the
-    # key's row: a row locked by another session (an operator's open transaction) raises
-    # lock_not_available at once, and the fire is tried again later while the other keys go on.
-    # Returns the fire's attempt (1, more for a rerun), or 0 if it was not taken.
+    # rerun, any unfinished one (the interrupted fire of a process that died). It waits for the key's
+    # row at most p_lock_wait seconds (a keeper renewing its leases holds the rows it renews for the
+    # length of that statement): a row locked longer by another session (an operator's open
+    # transaction) raises lock_not_available, and the fire is tried again later while the other keys go
+    # on. Returns the fire's attempt (1, more for a rerun), or 0 if it was not taken.
     """CREATE OR REPLACE FUNCTION timerwheel_start_fire(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
-        p_last_error text) RETURNS integer LANGUAGE plpgsql AS $$
+        p_last_error text, p_lock_wait double precision) RETURNS integer LANGUAGE plpgsql AS $$
     DECLARE
         v_attempts integer;
     BEGIN
+        PERFORM set_config('lock_timeout', (ceil(p_lock_wait * 1000))::bigint || 'ms', true);
         PERFORM 1 FROM timerwheel_keys
-            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE NOWAIT;
+            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
         IF NOT FOUND THEN
             RETURN 0;
         END IF;
@@ -117,33 +119,13 @@ _SCHEMA = [
             WHERE key = p_key;
         RETURN v_attempts;
     END $$""",
-    # A run's end: the fire is marked finished; the key's row is written only by the holder of that
-    # generation, and only if the row can be had without waiting (a row locked by another session is
-    # left as it is: the fire log says the run ended, which is what a later owner's start reads).
-    """CREATE OR REPLACE FUNCTION timerwheel_finish_fire(
-        p_key text, p_generation bigint, p_scheduled_for bigint, p_finished_at bigint, p_error text,
-        p_owner text, p_write boolean, p_state text, p_next_run_at bigint, p_last_scheduled_for bigint,
-        p_last_error text) RETURNS void LANGUAGE plpgsql AS $$
-    BEGIN
-        UPDATE timerwheel_fires SET finished_at = p_finished_at, error = p_error
-            WHERE key = p_key AND generation = p_generation AND scheduled_for = p_scheduled_for;
-        IF p_write THEN
-            BEGIN
-                PERFORM 1 FROM timerwheel_keys
-                    WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE NOWAIT;
-                IF FOUND THEN
-                    UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
-                        last_scheduled_for = p_last_scheduled_for, last_error = p_last_error
-                        WHERE key = p_key;
-                END IF;
-            EXCEPTION WHEN lock_not_available THEN
-                NULL;
-            END;
-        END IF;
-    END $$""",
+    # (version 2 before its release had a timerwheel_finish_fire: a run's end is one statement now)
+    """DROP FUNCTION IF EXISTS timerwheel_finish_fire(text, bigint, bigint, bigint, text, text, boolean,
+        text, bigint, bigint, text, double precision)""",
 ]
 
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
+_ROW_WAIT = 0.1  # seconds a fire's take or end waits for its key's row (see timerwheel_start_fire)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
 # kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.
 _ABOVE_FLOOR = "GREATEST(%s, (SELECT value::bigint + 1 FROM timerwheel_meta WHERE name = 'generation_floor'))"
@@ -219,6 +201,7 @@ class PostgresStore:
         if not 0.3 <= lease <= _MAX_LEASE:
             raise ValueError(f"lease must be between 0.3 and {_MAX_LEASE:.0f} seconds, got {lease!r}")
         self.lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        self._row_wait = min(self.lock_timeout, _ROW_WAIT)  # what a fire's take waits for its key's row
         self.statement_timeout = _seconds(statement_timeout, "statement_timeout")
         for name, value in (
             ("lock_timeout", self.lock_timeout),
@@ -499,7 +482,7 @@ class PostgresStore:
         return int(
             self._do(
                 lambda conn: conn.execute(
-                    "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (
                         k,
                         row.generation,
@@ -511,6 +494,7 @@ class PostgresStore:
                         row.state,
                         row.next_run_at,
                         row.last_error,
+                        self._row_wait,
                     ),
                 ).fetchone()[0],
                 f"take a fire of key {row.key!r}",
@@ -527,24 +511,27 @@ class PostgresStore:
         error: str | None,
     ) -> None:
         """Mark the fire finished; write the key's row (unless None) if this process still holds it at
-        that generation, and another session does not hold the row locked (see timerwheel_finish_fire)."""
+        that generation and no other session holds the row locked just now (SKIP LOCKED: never waited
+        for; the row is left as it is, and the fire log says the run ended, which is what a later owner's
+        start reads; the key's next take writes the row anyway)."""
         k = _key(key)
-        state = next_run_at = last = last_error = None
-        if row is not None:
-            state, next_run_at, last, last_error = (
-                row.state,
-                row.next_run_at,
-                row.last_scheduled_for,
-                row.last_error,
-            )
-        args = (k, generation, scheduled_for, finished_at, error, self.owner_id, row is not None)
-        self._do(
-            lambda conn: conn.execute(
-                "SELECT timerwheel_finish_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                (*args, state, next_run_at, last, last_error),
-            ),
-            f"record the end of a run of key {key!r}",
+        fire = (
+            "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+            "WHERE key = %s AND generation = %s AND scheduled_for = %s"
         )
+        args: tuple[Any, ...] = (finished_at, error, k, generation, scheduled_for)
+        if row is None:
+            statement = fire
+        else:
+            statement = (
+                f"WITH f AS ({fire}), h AS (SELECT key FROM timerwheel_keys WHERE key = %s "
+                "AND generation = %s AND owner = %s FOR UPDATE SKIP LOCKED) UPDATE timerwheel_keys AS t "
+                "SET state = %s, next_run_at = %s, last_scheduled_for = %s, last_error = %s "
+                "FROM h WHERE t.key = h.key"
+            )
+            args += (k, generation, self.owner_id, row.state, row.next_run_at, row.last_scheduled_for)
+            args += (row.last_error,)
+        self._do(lambda conn: conn.execute(statement, args), f"record the end of a run of key {key!r}")
 
     def release(self, keys: Iterable[Hashable]) -> None:
         """Give keys back (held by this process no more): any process may claim them at once."""
