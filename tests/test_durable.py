@@ -424,9 +424,24 @@ def second_process_opens(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symlinks and hard links need privileges there")
+def test_the_owner_keeps_the_file_under_every_name(path: Path, tmp_path: Path) -> None:
+    """The owner lock was a lock file named after the path given: after a backup copy in the owner (which
+    drops SQLite's own lock), a second process opened the same file through a symlink or a hard link,
+    and both ran the same fires. The lock is on the file itself now."""
+    store = SQLiteStore(path)
+    shutil.copy(path, tmp_path / "backup.db")  # (the owner opens and closes the file: SQLite's lock goes)
+    (tmp_path / "symlink.db").symlink_to(path)
+    os.link(path, tmp_path / "hardlink.db")
+    for other_name in ("symlink.db", "hardlink.db"):
+        other = second_process_opens(tmp_path / other_name)
+        assert other.returncode != 0 and "owned by another store" in other.stderr, other.stderr
+    store.close()
+    assert second_process_opens(tmp_path / "hardlink.db").returncode == 0  # (free once the owner closed)
+
+
 def test_one_owner_per_file(path: Path, clock: ManualClock) -> None:
     store = SQLiteStore(path)
-    assert Path(f"{path}-owner").exists() or sys.platform == "win32"  # the owner lock file
     with pytest.raises(StoreError, match=f"{path.name}.* owned by another store.*PostgresStore"):
         SQLiteStore(path)
     other = second_process_opens(path)

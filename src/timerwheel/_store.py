@@ -291,8 +291,8 @@ def _read_only(path: str) -> str | None:
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(directory) and not os.access(directory, os.W_OK, effective_ids=effective):
         return (
-            f"its directory {directory!r} is read-only, and a store creates files beside its file "
-            "(the -wal journal and the -owner lock)"
+            f"its directory {directory!r} is read-only, and a store creates a file beside its file "
+            "(the -wal journal)"
         )
     return None
 
@@ -310,27 +310,29 @@ if sys.platform == "win32":
 else:
 
     def _lock_owner(path: str, name: str) -> int | None:
-        """Lock `path + "-owner"` (created if missing) with flock, for the store's life; StoreError if
-        another store holds it, in this process or another.
+        """Lock the database file itself (created if missing: SQLite takes an empty file for a new
+        database) with flock, on a descriptor of its own, for the store's life; StoreError if another
+        store holds it, in this process or another, under whatever name (a symlink, a hard link).
 
         SQLite's own lock is a POSIX (fcntl) lock, which the kernel drops as soon as the owning process
         closes any descriptor of the file (a shutil.copy of it, an open()): it cannot say who owns the
         file. A flock lock belongs to its open file description: only this descriptor's close (or the
-        process's end) releases it, and a second descriptor, in this process too, is refused."""
-        lock_path = path + "-owner"
+        process's end) releases it, and a second descriptor, in this process too, is refused. (flock and
+        POSIX locks do not meet; and this descriptor stays open while SQLite has the file, so that its
+        close never drops SQLite's locks.)"""
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)  # (not inherited by an exec)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # (not inherited by an exec)
         except OSError as exc:
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.exists(lock_path):
-                raise StoreError(f"cannot open the {name}: {exc.strerror}: {lock_path!r}") from None
-            fd = os.open(lock_path, os.O_RDONLY)  # (a lock file made by another user: flock needs no write)
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or not os.path.exists(path):
+                raise StoreError(f"cannot open the {name}: {exc.strerror}") from None
+            fd = os.open(path, os.O_RDONLY)  # (flock needs no write; a read-only file is refused later)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
-            os.close(fd)  # (another descriptor of the lock file: the owner's lock stays)
+            os.close(fd)  # (another descriptor of the file: the owner's lock stays)
             if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
                 raise StoreError(_owned_message(name)) from None
-            raise StoreError(f"cannot lock the owner lock file {lock_path!r} of the {name}: {exc}") from None
+            raise StoreError(f"cannot lock the {name}: {exc}") from None
         return fd
 
     def _unlock_owner(fd: int | None) -> None:
@@ -476,9 +478,9 @@ class SQLiteStore:
     integrity; `synchronous="FULL"` makes every commit survive a power loss too, at the cost of an fsync
     per commit.
 
-    One process owns the file: the store locks `path + "-owner"` (a lock file beside it, with flock;
-    never delete it) when it is made and keeps the lock until close(), so a second SQLiteStore on the same
-    file (in this process or another) is refused with StoreError. To share one schedule between
+    One process owns the file: the store locks the file itself (flock, on a descriptor of its own) when it
+    is made and keeps the lock until close(), so a second SQLiteStore on the same file (in this process or
+    another, under any name: a symlink, a hard link) is refused with StoreError. To share one schedule between
     processes, use PostgresStore. A child process that inherits the store through os.fork() never touches
     the file (whether it exits, execs or crashes); in the child, the store raises StoreError.
 
