@@ -1027,3 +1027,40 @@ def test_a_cron_whose_next_point_does_not_advance_ends_its_task_with_an_error(
     s.run_pending()
     assert len(runs) == 1 and s.next_fire_time(tid) is None
     assert any("not after" in e for e in s.errors)
+
+
+def test_a_cron_task_late_to_just_before_a_point_runs_at_that_point(make: Callable[..., Any]) -> None:
+    """The wall time went into the calendar rounded to the microsecond: a task that came to re-arm less
+    than 0.5 us before a point was rounded onto it, and skipped it."""
+    x = 1_700_000_000.0  # a whole second: a point of "* * * * * *"
+    clock = ManualClock(100.0, wall=x - 0.5)
+    s = make(clock)
+    s.schedule_cron("* * * * * *", print)
+    clock.advance(0.5)
+    s.run_pending()  # the point x
+    clock.advance((x + 2) - 4e-7 - clock.wall())  # late: x + 1 missed; x + 2 is the first point after now
+    s.run_pending()
+    due = s.next_due()
+    assert due is not None and abs(due + (clock.wall() - clock()) - (x + 2)) < 1e-3
+
+
+def test_a_cron_whose_calendar_fails_ends_its_task_with_the_error(make: Callable[..., Any]) -> None:
+    """A zone whose lookup raises (any exception) used to escape from run_pending() and drop the task
+    silently; now the task ends and its error is recorded."""
+    clock = ManualClock(0.0, wall=utc(2025, 1, 6, 12).timestamp())
+    s = make(clock)
+    calls = [0]
+
+    class Failing(Cron):
+        __slots__ = ()
+
+        def next_after(self, dt: datetime) -> datetime | None:
+            calls[0] += 1
+            if calls[0] > 1:
+                raise KeyError("the zone's data went away")
+            return super().next_after(dt)
+
+    tid = s.schedule_cron(Failing("* * * * *"), print)
+    clock.advance(60)
+    s.run_pending()  # runs, then the re-arm's calendar fails: no exception out of here
+    assert s.next_fire_time(tid) is None and any("zone's data" in e for e in s.errors)

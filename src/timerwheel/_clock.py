@@ -10,11 +10,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._validate import function
 
-__all__ = ["Clock", "FunctionClock", "MonotonicClock", "as_clock"]
+__all__ = ["Clock", "FunctionClock", "MonotonicClock", "as_clock", "utc_not_after"]
+
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def utc_not_after(t: float) -> datetime:
+    """POSIX seconds as an aware UTC datetime that is not after `t`: the microsecond at or before it.
+
+    (datetime.fromtimestamp rounds to the nearest microsecond: a time just before a calendar point would
+    become the point itself, and the first point after it would skip that one.)
+    """
+    dt = datetime.fromtimestamp(t, UTC)
+    return dt - _MICROSECOND if dt.timestamp() > t else dt
 
 
 class Clock:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
+from ._clock import utc_not_after
 from ._engine import JobContext, Scheduler, WallTimer, log_safely
 from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
 from ._types import ClosedError, Lifecycle, RunOptions
@@ -1125,7 +1126,7 @@ class KeyedScheduler:
     def _evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
         """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
         try:
-            when = self._next_run(_from_posix(wall_now, UTC), key, _value(data))
+            when = self._next_run(utc_not_after(wall_now), key, _value(data))
         except BaseException as exc:
             return self._guarded(exc)
         return self._checked(when)

@@ -23,7 +23,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 try:  # only for the compiled build: @cython.freelist (below) keeps freed records for reuse
@@ -33,7 +33,7 @@ except ImportError:  # no Cython here: the decorators mean nothing to the pure-P
 
     cython = SimpleNamespace(cclass=lambda cls: cls, freelist=lambda n: lambda cls: cls)
 
-from ._clock import Clock, as_clock
+from ._clock import Clock, as_clock, utc_not_after
 from ._core import TaskTable, TimerWheel
 from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
 from ._validate import (
@@ -1307,12 +1307,12 @@ class _Engine:
         error: Exception | None = None
         wall: float | None = None
         try:
-            point = task.plan.cron.next_after(datetime.fromtimestamp(after, tz=UTC))
+            point = task.plan.cron.next_after(utc_not_after(after))
             if point is not None:
                 wall = point.timestamp()
                 if not wall > after:
                     raise ValueError(f"cron: {task.plan.cron!r} gave {point!r}, not after {after!r}")
-        except (ArithmeticError, ValueError) as exc:
+        except Exception as exc:  # (a calendar or a zone that fails: the task ends, saying why)
             error, wall = exc, None
         if wall is None:  # an expression that matches nothing more (or a calendar that failed): over
             task.live = False
@@ -1765,7 +1765,7 @@ class Scheduler(_Engine):
         else:
             raise TypeError(f"cron must be a Cron or a cron expression, not {type(cron).__name__}")
         now = self.now()
-        first = cron.next_after(datetime.fromtimestamp(self._cal.follow(now, self._store), tz=UTC))
+        first = cron.next_after(utc_not_after(self._cal.follow(now, self._store)))
         if first is None:
             raise ValueError(f"cron: {cron!r} has no point in the future")
         task_id = self._add(now, fn, None, args, kwargs, mode, Missed.SKIP, options, "cron")
