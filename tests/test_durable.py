@@ -976,3 +976,79 @@ def test_a_rerun_carries_a_fence_above_the_interrupted_run(path: Path, clock: Ma
     second.advance(10)  # the next fire: a fence above both
     assert fences[2] == (1, round((T0 + 21) * 1_000_000), 1) and fences[2] > fences[1]
     second.keyed.close()
+
+
+def test_a_fire_taken_as_the_scheduler_closes_is_run_by_the_next_life(path: Path, clock: ManualClock) -> None:
+    """close() came between a fire's take and its run (here from on_state_change(RUNNING); in a shared
+    store, while the take's reply was on its way): the fire used to be recorded as finished, "superseded
+    before it started", and no life ever ran it. It is left unfinished: the next life runs it again."""
+    holder: list[Life] = []
+
+    def closes(key: Any, old: KeyState, new: KeyState) -> None:
+        if new is KeyState.RUNNING:
+            holder[0].keyed.close()
+
+    first = Life(path, clock, on_state_change=closes)
+    holder.append(first)
+    first.keyed.start()
+    first.keyed.upsert("job", {"every": 10})
+    first.advance(10)
+    assert first.ran == []
+    down(clock, 1)
+    second = Life(path, clock)
+    second.keyed.start()
+    second.advance(0)
+    assert second.ran == [("job", 11.0)] and second.keyed.stats().recovered == 1
+    second.keyed.close()
+
+
+CLOSES_MID_RUN = """
+import sys, time
+from datetime import timedelta
+from timerwheel import KeyedScheduler, SQLiteStore, ThreadedScheduler
+
+path, marker = sys.argv[1], sys.argv[2]
+
+def run(key, data):
+    with open(marker, "a") as f:
+        f.write("started\\n")
+    time.sleep(0.5)  # a run that is still going when the program closes and ends
+    with open(marker, "a") as f:
+        f.write("ended\\n")
+
+keyed = KeyedScheduler(
+    ThreadedScheduler(workers=1), lambda now, key, data: now + timedelta(seconds=0.05), run,
+    store=SQLiteStore(path),
+)
+keyed.start()
+keyed.upsert("job")
+while "started" not in open(marker).read():
+    time.sleep(0.01)
+keyed.close()  # returns at once; the program then ends
+"""
+
+
+@pytest.mark.realtime  # a real child process whose run takes 0.5 s (its clocks are real)
+def test_a_program_that_ends_after_close_records_the_end_of_the_run_that_went_on(
+    path: Path, tmp_path: Path
+) -> None:
+    """close() returns while a run goes; the program then ended at once, and the run, cut short at
+    exit, was run again by the next life. At exit the run is waited for (up to EXIT_GRACE) and its end
+    recorded: the next life finds nothing to recover."""
+    marker = tmp_path / "marker"
+    marker.touch()
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSES_MID_RUN, str(path), str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text().split() == ["started", "ended"]
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT count(*) FROM timerwheel_fires WHERE finished_at IS NULL").fetchone() == (0,)
+    db.close()
+    life = Life(path, ManualClock(0.0, wall=time.time()))
+    life.keyed.start()
+    assert life.keyed.stats().recovered == 0
+    life.keyed.close()

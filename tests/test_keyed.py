@@ -1261,3 +1261,55 @@ def test_the_coroutine_twins_of_upsert_replace_all_and_remove() -> None:
         loop.run_until_complete(main())
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_base_exception_from_a_callback_during_replace_all_is_raised_once_all_is_done(
+    durable: bool, tmp_path: Any
+) -> None:
+    """A KeyboardInterrupt from on_state_change during replace_all(): the replace used to stop half-way
+    (keys not added, removed ones gone) without a store; with one, it returned and the next unrelated
+    call raised it. Now every key is done, then replace_all() raises it."""
+    from timerwheel import SQLiteStore
+
+    raised: list[str] = []
+
+    def on_state(key: Any, old: KeyState, new: KeyState) -> None:
+        if key == "b" and not raised:
+            raised.append(key)
+            raise KeyboardInterrupt("from on_state_change of b")
+
+    store = SQLiteStore(tmp_path / "keys.db") if durable else None
+    k = KeyedScheduler(
+        Scheduler(ManualClock(0.0, wall=T0)), every(60), print, on_state_change=on_state, store=store
+    )
+    k.start()
+    k.upsert("old", 1)
+    with pytest.raises(KeyboardInterrupt):
+        k.replace_all({"a": 1, "b": 2, "c": 3})
+    assert sorted(k) == ["a", "b", "c"] and all(i.state is KeyState.PENDING for i in k.snapshot().values())
+    k.upsert("z", 4)  # nothing is left held for the next call
+    k.close()
+
+
+def test_close_tells_the_runs_that_go_on_on_a_scheduler_it_does_not_own() -> None:
+    """close() without wait_running_on_close sets a running run's ctx.cancelled also when the user
+    started the scheduler (it used to do so only through the scheduler it closed itself)."""
+    clock = ManualClock(100.0, wall=T0)
+    started, release = threading.Event(), threading.Event()
+    told: list[bool] = []
+
+    def run(ctx: JobContext, key: str, data: Any) -> None:
+        started.set()
+        told.append(ctx.cancelled.wait(GENEROUS))
+        release.wait(GENEROUS)
+
+    with ThreadedScheduler(clock=clock, workers=1) as sched:
+        k = KeyedScheduler(sched, every(5), run, context=True)
+        k.start()
+        k.upsert("a")
+        clock.advance(5)
+        assert started.wait(GENEROUS)
+        k.close()
+        _wait_for(lambda: told == [True])
+        release.set()

@@ -175,10 +175,12 @@ def test_a_keys_generation_never_goes_back_across_a_delete(dsn: str) -> None:
     assert store.put(row) == 1 and store.put(row) == 2 and store.put(row) == 3
     assert store.delete("k")
     assert store.put(row) == 4  # above every generation the key ever had
-    assert store.replace([row._replace(key="j")], None) == [5]  # k deleted by the replace, at 4
-    assert store.replace([row], None) == [6]  # (and j at 5)
+    # (a replace's own deletions raise the floor as it ends: a key new in it starts above the floor
+    # before it, which is above every generation that key ever had)
+    assert store.replace([row._replace(key="j")], None) == [4]  # k deleted by the replace, at 4
+    assert store.replace([row], None) == [5]  # (and j at 4)
     other = PostgresStore(dsn, lease=1.0)  # another process sees the same floor
-    assert other.delete("k") and other.put(row) == 7
+    assert other.delete("k") and other.put(row) == 6
     store.close()
     other.close()
 
@@ -244,7 +246,9 @@ class Node:
     """A KeyedScheduler on a PostgresStore, with a ThreadedScheduler on the database's clock."""
 
     def __init__(self, dsn: str, runs: collections.Counter[Any], **kwargs: Any) -> None:
-        self.store = PostgresStore(dsn, lease=kwargs.pop("lease", 1.0))
+        self.store = PostgresStore(
+            dsn, lease=kwargs.pop("lease", 1.0), lock_timeout=kwargs.pop("lock_timeout", 1.0)
+        )
         self.runs = runs
         clock = kwargs.pop("clock", None)
         sched = (
@@ -499,13 +503,44 @@ def runs_of(runs: collections.Counter[Any], key: Any) -> int:
     return sum(n for (k, _), n in runs.items() if k == key)
 
 
+@pytest.mark.realtime  # real leases (1 s) and keeper rounds; bounds of several rounds
+def test_a_system_exit_from_a_callback_as_claimed_keys_are_applied_is_logged_and_wedges_nothing(
+    dsn: str, caplog: Any
+) -> None:
+    """Keys claimed from another process are applied by a thread of the KeyedScheduler (under a
+    ThreadedScheduler): a SystemExit from on_missed there was raised into that thread, which died, and
+    no claim or change was applied any more. It is logged; the keys are armed, and later claims too."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(0.5))
+    a.keyed.replace_all({f"k{i}": None for i in range(5)})
+    a.close()
+    sql(dsn, "UPDATE timerwheel_keys SET next_run_at = next_run_at - 60000000")  # (a minute missed)
+    missed: list[Any] = []
+
+    def on_missed(key: Any, data: Any, count: int, first: datetime, last: datetime) -> None:
+        missed.append(key)
+        if len(missed) == 1:
+            raise SystemExit(3)
+
+    b = Node(dsn, runs, next_run=every(0.5), on_missed=on_missed)
+    wait_for(lambda: all(runs_of(runs, f"k{i}") >= 2 for i in range(5)), 10.0, "b runs every key it claimed")
+    assert "SystemExit" in caplog.text and "callback raised" in caplog.text
+    assert sorted(missed) == [f"k{i}" for i in range(5)]
+    c = Node(dsn, runs, next_run=every(0.5))  # a later change reaches b's applier, which still goes
+    c.keyed.upsert("new")
+    c.close()
+    wait_for(lambda: runs_of(runs, "new") >= 2, 10.0, "b claims and runs the key c gave back")
+    b.close()
+    assert max(runs.values()) == 1
+
+
 @pytest.mark.realtime  # real leases and a real lock; each bound is several times what it needs
 def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> None:
     """An operator's transaction left open on one key's row used to freeze the whole process: taking
     that key's fire waited on the lock with the scheduler's lock held, so no other key fired and
     snapshot(), get() and upsert() blocked. Now only that key waits; it fires again once the lock goes."""
     runs: collections.Counter[Any] = collections.Counter()
-    node = Node(dsn, runs, lease=2.0, next_run=every(0.2))
+    node = Node(dsn, runs, lease=2.0, lock_timeout=3.0, next_run=every(0.2))
     node.keyed.replace_all({"a": None, "b": None})
     wait_for(lambda: runs_of(runs, "a") >= 2 and runs_of(runs, "b") >= 2, 5.0, "both keys fire")
     with psycopg.connect(dsn) as locker:  # (not autocommit: the lock is held until the rollback)
@@ -519,7 +554,7 @@ def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> 
 
         def upsert_locked() -> None:
             try:
-                node.keyed.upsert("a", "new data")  # waits for the lock timeout (1 s), without our lock
+                node.keyed.upsert("a", "new data")  # waits for the lock timeout (3 s), without our lock
             except StoreError as exc:
                 failed.append(exc)
 
@@ -529,6 +564,10 @@ def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> 
         started = time.monotonic()
         node.keyed.get("b")
         assert time.monotonic() - started < 0.5
+        # the other keys' fires are taken and ended meanwhile (the change waits on a connection of its own)
+        b_during = runs_of(runs, "b")
+        wait_for(lambda: runs_of(runs, "b") >= b_during + 3, 2.0, "b fires while the upsert waits")
+        assert upserter.is_alive()
         upserter.join(10.0)
         assert len(failed) == 1 and "locked" in str(failed[0])
         assert node.keyed.get("a").data is None  # type: ignore[union-attr]  # (nothing changed)
@@ -639,6 +678,72 @@ keyed.close()
 """
 
 
+FORK_CHILD = """
+import json, os, sys, time
+from datetime import timedelta
+from timerwheel import KeyedScheduler, PostgresStore, StoreError, ThreadedScheduler
+
+store = PostgresStore(sys.argv[1], lease=5.0)
+ran = []
+keyed = KeyedScheduler(
+    ThreadedScheduler(wall_clock=store.wall), lambda now, key, data: now + timedelta(seconds=0.05),
+    lambda key, data: ran.append(key), store=store,
+)
+keyed.start()
+keyed.upsert("before")
+import psycopg
+watcher = psycopg.connect(sys.argv[1], autocommit=True)
+sessions = lambda: sorted(pid for pid, in watcher.execute(
+    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+deadline = time.monotonic() + 10
+while len(sessions()) < 4 and time.monotonic() < deadline:  # (main, changes, keeper, listener)
+    time.sleep(0.01)
+before = sessions()
+pid = os.fork()
+if pid == 0:  # the child: a helper that inherited everything, tries to use it, and exits
+    errors = []
+    for call in (lambda: keyed.upsert("child"), lambda: store.delete("before"), keyed.close, store.close):
+        try:
+            call()
+        except StoreError as exc:
+            errors.append(str(exc))
+    with open(sys.argv[2], "w") as f:
+        json.dump(errors, f)
+    sys.exit(0)  # (atexit handlers and the garbage collector run: nothing of the parent's is closed)
+os.waitpid(pid, 0)
+keyed.upsert("after")  # on the same sessions: none was ended by the child
+runs = len(ran)
+time.sleep(0.5)
+print(json.dumps({"before": before, "after": sessions(), "ran": len(ran) > runs}), flush=True)
+keyed.close()
+"""
+
+
+@pytest.mark.realtime  # a real fork of a process with a running shared KeyedScheduler
+def test_a_forked_child_that_inherited_the_store_never_ends_its_parents_sessions(
+    dsn: str, tmp_path: Path
+) -> None:
+    """A child made by fork (a daemonising parent, a preloading server, a helper) used to close its
+    copies of the parent's connections as it exited: libpq said goodbye on the parent's sessions, which
+    the server then ended under the parent. The child's calls raise StoreError, its close() does
+    nothing, and its exit leaves the parent's sessions alone."""
+    import json
+    import subprocess
+    import sys
+
+    said = tmp_path / "child.json"
+    out = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD, dsn, str(said)], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["before"]) >= 3 and report["after"] == report["before"]
+    assert report["ran"]
+    assert said.exists(), out.stderr
+    errors = json.loads(said.read_text())
+    assert len(errors) == 2 and all("inherited through fork" in error for error in errors), errors
+
+
 @pytest.mark.realtime  # real leases (1 s) and a real paused process; each bound is several leases
 def test_a_process_paused_past_its_lease_does_not_run_the_fire_it_had_taken(dsn: str, tmp_path: Path) -> None:
     """A process took a fire, was paused (SIGSTOP) for longer than its lease before the run started, and
@@ -706,3 +811,130 @@ def test_a_server_paused_past_the_lease_loses_no_fire(
         assert result["lost"] == []
     finally:
         server.stop()
+
+
+@pytest.mark.realtime  # real leases and threads; bounds of several lease periods
+def test_a_fire_taken_as_the_keyed_scheduler_closes_is_run_by_the_next_holder(dsn: str) -> None:
+    """close() while a fire's take was on its way: the fire used to be recorded as finished ("superseded
+    before it started") and ran nowhere. It stays unfinished; the process that takes the key over runs it
+    (recover=RERUN)."""
+    store = PostgresStore(dsn, lease=1.0)
+    in_take, release = threading.Event(), threading.Event()
+    take = store.start_fire
+
+    def slow_start_fire(row: Any, scheduled_for: int, started_at: int, rerun: bool) -> int:
+        attempt = take(row, scheduled_for, started_at, rerun)
+        in_take.set()
+        release.wait(10)  # (the reply is on its way while the KeyedScheduler closes)
+        return attempt
+
+    store.start_fire = slow_start_fire  # type: ignore[method-assign]
+    ran: list[tuple[str, float]] = []
+    a = KeyedScheduler(
+        ThreadedScheduler(wall_clock=store.wall, workers=2),
+        every(0.3),
+        lambda ctx, key, data: ran.append(("A", ctx.scheduled_for)),
+        context=True,
+        store=store,
+    )
+    a.start()
+    a.upsert("k")
+    assert in_take.wait(10)
+    due = a.get("k").next_run_at  # type: ignore[union-attr]
+    closer = threading.Thread(target=a.close)
+    closer.start()
+    time.sleep(0.2)
+    release.set()
+    closer.join(10)
+    fences: list[Any] = []
+    b_store = PostgresStore(dsn, lease=1.0)
+    b = KeyedScheduler(
+        ThreadedScheduler(wall_clock=b_store.wall, workers=2),
+        every(3600),
+        lambda ctx, key, data: fences.append(ctx.fence),
+        context=True,
+        store=b_store,
+    )
+    b.start()
+    wait_for(lambda: bool(fences), 10.0, "the next holder runs the fire taken at close")
+    assert ran == [] and fences[0].attempt == 2
+    assert due is not None and fences[0].scheduled_for == round(due.timestamp() * 1_000_000)
+    b.close()
+
+
+@pytest.mark.realtime  # two stores in threads, as two processes would be; bounded in time
+def test_replace_all_in_two_processes_at_once_neither_fails(dsn: str) -> None:
+    """Two replace_all() (config reloads) at once used to deadlock, and with the lock timeout equal to
+    PostgreSQL's deadlock_timeout the loser raised StoreError ("locked") to its caller."""
+    import random
+
+    keys = [f"k{i:02d}" for i in range(30)]
+    nodes = []
+    for _ in range(2):
+        store = PostgresStore(dsn, lease=5.0)
+        keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), never, print, store=store)
+        keyed.start()
+        nodes.append(keyed)
+    errors: list[BaseException] = []
+    done = [0]
+    stop = time.monotonic() + 4.0
+
+    def hammer(i: int) -> None:
+        rnd = random.Random(i)
+        while time.monotonic() < stop:
+            try:
+                if rnd.random() < 0.8:
+                    nodes[i].replace_all({key: i for key in keys if rnd.random() < 0.5})
+                else:
+                    nodes[i].remove(rnd.choice(keys))
+                done[0] += 1
+            except Exception as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for keyed in nodes:
+        keyed.close()
+    assert errors == [] and done[0] > 20
+
+
+@pytest.mark.realtime  # real leases (0.6 s) and a 3 s run
+def test_a_key_claimed_back_while_its_old_run_goes_waits_for_that_run(dsn: str) -> None:
+    """Process B runs key k (3 s); process A upserts k (B drops its record, whose run goes on) and closes;
+    B claims k back. Its new generation used to fire beside the old run, in the same process."""
+    lock = threading.Lock()
+    active, peak, ran = [0], [0], []
+    started, slow = threading.Event(), threading.Event()
+
+    def run(key: str, data: Any) -> None:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+            ran.append(data)
+        if data == "long":
+            started.set()
+            slow.wait(10)
+        with lock:
+            active[0] -= 1
+
+    sb = PostgresStore(dsn, lease=0.6)
+    b = KeyedScheduler(ThreadedScheduler(wall_clock=sb.wall, workers=3), every(0.5), run, store=sb)
+    b.start()
+    b.upsert("k", "long")
+    assert started.wait(5)
+    sa = PostgresStore(dsn, lease=0.6)
+    a = KeyedScheduler(ThreadedScheduler(wall_clock=sa.wall, workers=1), every(0.5), print, store=sa)
+    a.start()
+    a.upsert("k", "short")  # A takes k over while B's long run goes
+    time.sleep(0.1)
+    a.close()  # and gives it back at once: B claims it again
+    wait_for(lambda: "k" in b, 5.0, "B claims k back")
+    time.sleep(1.5)  # its new generation is due every 0.5 s meanwhile
+    assert peak[0] == 1 and ran == ["long"]  # nothing of the new generation beside the old run
+    slow.set()
+    wait_for(lambda: "short" in ran, 5.0, "the new generation runs once the old run ended")
+    assert peak[0] == 1
+    b.close()

@@ -10,6 +10,7 @@ nothing of the newer one (on_finish still hears of it).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import dataclasses
@@ -18,9 +19,11 @@ import inspect
 import json
 import logging
 import math
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta, timezone
@@ -446,10 +449,13 @@ class KeyedScheduler:
         self._unrecorded: list[FinishedFire] = []  # ends of runs the store failed to record, to retry
         self._unrecorded_lock = threading.Lock()  # (a shared store's writer records them: never held long)
         self._store_released = False
+        self._released: Future[Any] | None = None  # a shared store's release, by its writer
         self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
         self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
-        self._writer_thread = _Writer() if self._shared else None  # see _Writer
+        self._pid = os.getpid()
+        self._writer_thread = _Writer("store-writer") if self._shared else None  # see _Writer
+        self._changer_thread = _Writer("store-changes") if self._shared else None  # see _changer
         lease = getattr(store, "lease", None) if self._shared else None
         self._lease: float | None = None if lease is None else float(lease)
         self._seq = 0  # shared: user changes made so far (see _changing)
@@ -514,6 +520,9 @@ class KeyedScheduler:
         store, which is released when the last such run ends; its key is not armed again."""
         if self._async:
             raise RuntimeError("under an AsyncScheduler, use `await keyed.aclose()`")
+        if self._shared and self._pid != os.getpid():  # (inherited through fork: the parent's to close)
+            self._closed = True
+            return
         self._shut()
         if self._wait_on_close and not self._in_a_run():
             with self._lock:
@@ -522,6 +531,8 @@ class KeyedScheduler:
         released = self._release_store()
         if released is not None:  # (a shared store: closed by its writer, after what it had to write)
             released.result()
+        elif not self._store_released:  # runs go on past close(): at exit, their ends are waited for
+            _at_exit.add(self)
         if self._owns_scheduler:
             if self._wait_on_close:
                 self._sched.close()
@@ -569,6 +580,9 @@ class KeyedScheduler:
             # close() ends by writing the row the key would have had, never DISABLED (see _end).
             for rec in list(self._keys.values()):
                 self._disarm(rec)
+                if rec.contexts and not self._wait_on_close:  # a run going on: told (ctx.cancelled)
+                    for ctx in rec.contexts:
+                        ctx.cancelled.set()
                 if rec.state is not KeyState.DISABLED:
                     self._call(self._on_state_change, rec.key, rec.state, KeyState.DISABLED)
             if self._engine is not None:
@@ -597,9 +611,24 @@ class KeyedScheduler:
                 self._close_store()
                 return None
             writer = self._writer()
-            future = writer.submit(self._close_store)
+            future = self._released = writer.submit(self._close_store)
             writer.stop(wait=False)
+            self._changer().stop(wait=False)
             return future
+
+    def _drain(self, deadline: float) -> None:
+        """At the interpreter's exit: wait (until the monotonic `deadline`) for the runs that went on past
+        close() to end, and for their ends to be recorded and the store released."""
+        with self._lock:
+            while self._any_running():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._idle.wait(left)
+        released = self._released
+        if released is not None:
+            with contextlib.suppress(Exception):
+                released.result(timeout=max(0.0, deadline - time.monotonic()))
 
     def _close_store(self) -> None:
         if self._store_open():
@@ -657,13 +686,13 @@ class KeyedScheduler:
                 exc_info=exc,
             )
 
-    def _release_now(self, keys: list[Hashable]) -> None:
-        """Give keys back to the store, but never one whose last run's end is not recorded yet (another
-        process would find that fire unfinished and run it again)."""
+    def _release_now(self, keys: dict[Hashable, int]) -> None:
+        """Give keys back to the store (key: the generation given back), but never one whose last run's
+        end is not recorded yet (another process would find that fire unfinished and run it again)."""
         self._record_unrecorded()
         with self._unrecorded_lock:
             pending = {f.key for f in self._unrecorded}
-        keys = [k for k in keys if k not in pending]
+        keys = {k: g for k, g in keys.items() if k not in pending}
         if not keys:
             return
         try:
@@ -822,7 +851,7 @@ class KeyedScheduler:
                 if self._applies(key, seq):
                     self._changed(change, generation)
 
-            return _Pending([key], seq, self._writer().submit(self._store.put, change.row), apply)
+            return _Pending([key], seq, self._changer().submit(self._store.put, change.row), apply)
 
     def _change(self, key: Hashable, encoded: str, wall_now: float) -> _Change:
         """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
@@ -960,11 +989,13 @@ class KeyedScheduler:
             _check_scheduler_open(self._sched)
             if not self._durable:
                 self._wall_now()  # (a scheduler without a clock yet raises here, before anything is removed)
+                # (the internal calls: a callback's BaseException is raised once, at the end, with every
+                # key done)
                 for key in [k for k in self._keys if k not in mapping]:
-                    self.remove(key)
+                    self._forget(key)
                 for key, data in mapping.items():
-                    self.upsert(key, data)
-                return None  # (each upsert raised what it held)
+                    self._upsert(self._keys.get(key), key, data)
+                return None
             # Durable: every row computed, then one transaction, then applied.
             wall_now = self._wall_now()
             changes = [self._change(key, self._encode(data), wall_now) for key, data in mapping.items()]
@@ -975,7 +1006,7 @@ class KeyedScheduler:
                 return None
             keys = [*mapping, *removed]
             seq = self._changing(keys)
-            future = self._writer().submit(self._store.replace, rows, None)
+            future = self._changer().submit(self._store.replace, rows, None)
             return _Pending(keys, seq, future, lambda gens: self._replaced(changes, removed, gens, seq))
 
     def _replaced(
@@ -1027,7 +1058,7 @@ class KeyedScheduler:
                     return True
                 return existed
 
-            return _Pending([key], seq, self._writer().submit(self._store.delete, key), apply)
+            return _Pending([key], seq, self._changer().submit(self._store.delete, key), apply)
 
     def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
@@ -1275,13 +1306,9 @@ class KeyedScheduler:
         try:
             taken = await asyncio.shield(take)
         except asyncio.CancelledError:  # (the scheduler closing): the take is made all the same
-            taken = await take
-            with self._lock:  # not run, and not recorded as ended: a taken fire stays unfinished, and
-                start.rec.running -= 1  # whoever holds the key next runs it again (recover)
-                self._rearm_waiting(start.rec)
-                self._settle(start.rec)
-                if self._closed:
-                    self._release_store()
+            await take
+            with self._lock:
+                self._untake(start.rec, None)
             raise
         with self._lock:
             return self._take_done(ctx, start, taken)
@@ -1399,13 +1426,32 @@ class KeyedScheduler:
             self._apply(rec, start.state, start.at, start.last_error, start.error)
             if rec.state is not KeyState.INVALID:
                 self._set_state(rec, KeyState.RUNNING)  # while a run goes (BEFORE_RUN: armed meanwhile)
-        if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
-            # A callback just now (on_state_change, on_invalid) removed or replaced the key, or closed, or
-            # (a shared store) an upsert came while the take was made: superseded before it started.
+        if rec.generation != generation or self._keys.get(rec.key) is not rec:
+            # A callback just now (on_state_change, on_invalid) removed or replaced the key, or (a shared
+            # store) an upsert came while the take was made: superseded before it started.
             self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
+            return _STALE
+        if self._closed:  # (by a callback just now, or while the take was made): the fire is not run,
+            self._untake(rec, ctx)  # and not lost: it stays unfinished in the store (see _untake)
             return _STALE
         self._counts["started"] += 1
         return _value(rec.data)
+
+    def _untake(self, rec: _Key, ctx: JobContext | None) -> None:
+        """A fire taken as the KeyedScheduler closed: it does not run here, and it is not recorded as
+        ended, so that it stays unfinished in a durable store, and whoever holds the key next (the next
+        life, or the process that takes the key over) runs it again, following `recover`."""
+        rec.running -= 1
+        contexts = rec.contexts
+        if contexts is not None and ctx in contexts:
+            contexts.remove(ctx)
+            if not contexts:
+                rec.contexts = None
+        self._rearm_waiting(rec)
+        self._settle(rec)
+        if self._closed and self._shared and not rec.running and self._store_open():
+            self._release({rec.key: rec.generation})  # (the next holder finds its fire unfinished)
+        self._release_store()
 
     def _settle(self, rec: _Key) -> None:
         """A run of the key ended (or did not start after all): a removed key's record goes once its last
@@ -1584,7 +1630,7 @@ class KeyedScheduler:
             self._settle(rec)
             if self._closed:
                 if self._shared and not rec.running and self._store_open():
-                    self._release([rec.key])  # (closed: it goes back as soon as its run ended)
+                    self._release({rec.key: rec.generation})  # (closed: back as soon as its run ended)
                 self._release_store()
         if started:
             self._call(self._on_finish, rec.key, data, error)
@@ -1631,9 +1677,28 @@ class KeyedScheduler:
 
     def _writer(self) -> _Writer:
         """The shared store's writer."""
+        self._check_own()
         writer = self._writer_thread
         assert writer is not None, "only a shared store has a writer"
         return writer
+
+    def _changer(self) -> _Writer:
+        """The shared store's writer of users' changes (upsert, replace_all, remove): a writer of their
+        own, on a connection of their own, so that a change that waits for a locked row does not hold up
+        the fires; in the order they were made (see _applies)."""
+        self._check_own()
+        changer = self._changer_thread
+        assert changer is not None, "only a shared store has a writer"
+        return changer
+
+    def _check_own(self) -> None:
+        """StoreError in a child process that inherited this KeyedScheduler through fork (a shared
+        store's: its writers are threads of the parent, and its store the parent's)."""
+        if self._pid != os.getpid():
+            raise StoreError(
+                f"this KeyedScheduler and its {self._store.name} were inherited through fork: they belong "
+                "to the parent process; make new ones in the child"
+            )
 
     def _store_open(self) -> bool:
         return getattr(self._store, "_owner", None) is self
@@ -1755,8 +1820,12 @@ class KeyedScheduler:
         for fire in fires:
             self._unfinished.setdefault(fire.key, []).append(fire)
 
-    def _record(self, row: StoredKey) -> _Key:
-        rec = _Key(self, row.key, _Stored(row.data))
+    def _record(self, row: StoredKey, rec: _Key | None = None) -> _Key:
+        """A key's record as its row says (a new one, or `rec` filled in)."""
+        if rec is None:
+            rec = _Key(self, row.key, _Stored(row.data))
+        else:
+            rec.data = _Stored(row.data)
         rec.generation = row.generation
         rec.state = KeyState(row.state)
         rec.next_run_at = _seconds(row.next_run_at)
@@ -1860,6 +1929,20 @@ class KeyedScheduler:
                     self._store.name,
                     exc_info=exc,
                 )
+            held = getattr(self._held, "error", None)
+            if held is not None:  # a callback's KeyboardInterrupt or SystemExit, now that the work is done:
+                self._held.error = None  # through the event loop, as its own callbacks' go; logged on our
+                if self._async:  # thread, which never dies
+                    raise held
+                log_safely(
+                    logger,
+                    (),
+                    logging.ERROR,
+                    "timerwheel: a KeyedScheduler callback raised %r as the %s's keys were applied",
+                    held,
+                    self._store.name,
+                    exc_info=held,
+                )
 
         if self._async:
             with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
@@ -1911,7 +1994,9 @@ class KeyedScheduler:
                         self._taken(row.key)
                         continue
                     self._forget(row.key, cancel=self._cancel_on_replace)
-                rec = self._keys[row.key] = self._record(row)
+                # (a record whose run still goes here, the key removed or replaced meanwhile, comes back:
+                # its new fires wait for that run, as for any upsert during a run)
+                rec = self._keys[row.key] = self._record(row, self._gone.pop(row.key, None))
                 self._taken(row.key)
                 recs.append(rec)
             taken = {rec.key for rec in recs}
@@ -1925,13 +2010,15 @@ class KeyedScheduler:
                 for rec in recs:
                     if self._keys.get(rec.key) is rec:
                         del self._keys[rec.key]
+                        if rec.running:
+                            self._gone[rec.key] = rec
                 raise
             if decided or finished:  # (written before any take of these keys: the writer keeps the order)
                 self._write(self._save, decided, finished, f"what {len(recs)} claimed key(s) do")
             self._apply_all(plans)
 
         def closed() -> None:  # (claimed as this KeyedScheduler closed: back to the others)
-            self._release([row.key for row in rows])
+            self._release({row.key: row.generation for row in rows})
 
         self._post(work, closed)
 
@@ -1951,7 +2038,7 @@ class KeyedScheduler:
                     self._forget(key, cancel=False)
             orphans = [k for k in held if k not in self._keys]
             if orphans:
-                self._release(orphans)
+                self._release({k: held[k] for k in orphans})
 
         self._post(work)
 
@@ -1989,15 +2076,16 @@ class KeyedScheduler:
                 if not rec.running and not rec.catch_up and rec.key not in pending
             ]
             idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
-            keys = [rec.key for rec in idle[:count]]
+            keys = {rec.key: rec.generation for rec in idle[:count]}
             for key in keys:
                 self._forget(key, cancel=False)
             self._release(keys)
 
         self._post(work)
 
-    def _release(self, keys: list[Hashable]) -> None:
-        """Give keys back to the store (by the writer, see _release_now)."""
+    def _release(self, keys: dict[Hashable, int]) -> None:
+        """Give keys back to the store, each at its generation: one that a change of this process took
+        again meanwhile, at a newer generation, stays held (by the writer, see _release_now)."""
         self._write(self._release_now, keys)
 
     def _shared_lost(self) -> None:
@@ -2212,6 +2300,21 @@ def _iso(t: float) -> str:
 
 
 _STALE = object()  # what _begin() returns for a run that was superseded
+
+#: Seconds the interpreter's exit waits, at most, for the runs that went on past close() to end and for
+#: their ends to be recorded (a run that does not end by then is cut: its fire stays unfinished, and the
+#: next start follows `recover`).
+EXIT_GRACE = 10.0
+_at_exit: weakref.WeakSet[KeyedScheduler] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_at_exit() -> None:
+    deadline = time.monotonic() + EXIT_GRACE
+    for keyed in list(_at_exit):
+        keyed._drain(deadline)
+
+
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
 _in_async_run: contextvars.ContextVar[bool] = contextvars.ContextVar("timerwheel_in_keyed_run", default=False)
 _AGAIN = 0.001  # seconds: a key that next_run puts in the past again runs at the next pass
@@ -2265,11 +2368,11 @@ class _Writer:
     run's end, its release) reach the database in the order they were made. Whoever needs a result (a
     take, an upsert) waits for its Future without the lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
         self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
-        self._thread = threading.Thread(target=self._work, name="timerwheel-store-writer", daemon=True)
+        self._thread = threading.Thread(target=self._work, name=f"timerwheel-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:

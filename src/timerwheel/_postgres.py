@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from ._store import FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
@@ -45,6 +45,7 @@ logger = logging.getLogger("timerwheel")
 SCHEMA_VERSION = 2
 CHANNEL = "timerwheel"
 _LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
+_REPLACE_ID = _LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS timerwheel_meta (name text PRIMARY KEY, value text NOT NULL)""",
@@ -124,6 +125,7 @@ _SCHEMA = [
         text, bigint, bigint, text, double precision)""",
 ]
 
+
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
 _ROW_WAIT = 0.1  # seconds a fire's take or end waits for its key's row (see timerwheel_start_fire)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
@@ -134,6 +136,9 @@ _RAISE_FLOOR = (  # (after `WITH d AS (DELETE ... RETURNING generation)`)
     "HAVING max(generation) IS NOT NULL ON CONFLICT (name) DO UPDATE "
     "SET value = GREATEST(m.value::bigint, EXCLUDED.value::bigint)::text"
 )
+# Rows of the keys given (%s: a text[]) locked in key order, as replace_all() locks them: two statements
+# that lock many rows never wait for one another in a cycle.
+_IN_ORDER = "SELECT key FROM timerwheel_keys WHERE key = ANY(%s) ORDER BY key FOR UPDATE"
 _MAX_LEASE = 366 * 86400.0  # seconds: a year (a timestamptz holds it; beyond, nothing is gained)
 MAX_KEY = 1000  # characters of a key's JSON: it travels in NOTIFY payloads (8000 bytes) and an index
 
@@ -157,6 +162,32 @@ def _redacted(dsn: str) -> str:
     if "password" in parts:
         parts["password"] = "***"
     return make_conninfo("", **{k: v for k, v in parts.items() if v is not None})
+
+
+class _Connection:
+    """One of a store's connections, used by one statement at a time, and made again when it was lost."""
+
+    __slots__ = ("conn", "lock", "store")
+
+    def __init__(self, store: PostgresStore) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.conn: Any = None
+
+    def get(self) -> Any:
+        self.store._check_own()
+        if self.store._closed:
+            raise StoreError(f"the {self.store.name} is closed")
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            self.drop()
+            self.conn = self.store._connect()
+        return self.conn
+
+    def drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 class PostgresStore:
@@ -221,8 +252,12 @@ class PostgresStore:
         self.owner_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
         self._application = f"timerwheel {os.getpid()} {token}"  # (pg_stat_activity shows it)
         self._offset = 0.0  # the database's clock minus this machine's (time.time())
-        self._lock = threading.Lock()  # the main connection: one statement at a time
-        self._conn: Any = None
+        # Two connections, each one statement at a time: the main one (fires taken and ended, keys given
+        # back) and one for users' changes (upsert, replace_all, remove), so that a change that waits for
+        # a row another session holds locked never holds up the fires of the other keys.
+        self._main = _Connection(self)
+        self._changes = _Connection(self)
+        self._pid = os.getpid()
         self._closed = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -232,14 +267,14 @@ class PostgresStore:
         self._owner: Any = None  # the KeyedScheduler that uses this store (one at a time)
         self._detached = False  # its KeyedScheduler closed: renew what runs, claim nothing
         try:
-            with self._lock:
-                self._migrate(self._connection())
-                self._measure_offset(self._connection())
+            with self._main.lock:
+                self._migrate(self._main.get())
+                self._measure_offset(self._main.get())
         except StoreError:
-            self._drop_connection()
+            self._main.drop()
             raise
         except self._psycopg.Error as exc:
-            self._drop_connection()
+            self._main.drop()
             raise StoreError(f"cannot use the {self.name}: {exc}") from None
 
     def __repr__(self) -> str:
@@ -248,6 +283,7 @@ class PostgresStore:
     # -- connections ----------------------------------------------------------------------------------
 
     def _connect(self) -> Any:
+        self._check_own()
         conn = self._psycopg.connect(
             self.dsn,
             autocommit=True,
@@ -268,28 +304,25 @@ class PostgresStore:
             raise
         return conn
 
-    def _connection(self) -> Any:
-        if self._closed:
-            raise StoreError(f"the {self.name} is closed")
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._drop_connection()
-            self._conn = self._connect()
-        return self._conn
+    def _check_own(self) -> None:
+        """StoreError in a child process that inherited the store through fork: its connections are the
+        parent's sessions (a statement from here would mix into them), and it has none of its threads.
+        (Nothing of the child closes them: close() does nothing there, and psycopg never ends a session
+        from a process that did not open it.)"""
+        if self._pid != os.getpid():
+            raise StoreError(
+                f"the {self.name} was inherited through fork: it belongs to the parent process; make a new "
+                "PostgresStore (and KeyedScheduler) in the child"
+            )
 
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-    def _do(self, work: Callable[[Any], Any], what: str) -> Any:
-        """Run `work(connection)` on the main connection; again on a fresh connection if the first one
-        was lost, and again after a deadlock or a serialization failure (every statement of the store
-        may be repeated: see timerwheel_start_fire). What the database raises comes out as a StoreError
-        that says what could not be done (`what`) and why: a row another session holds locked, a
-        statement past its timeout, a database that cannot be reached."""
+    def _do(self, work: Callable[[Any], Any], what: str, on: _Connection | None = None) -> Any:
+        """Run `work(connection)` on the main connection (or `on`); again on a fresh connection if the
+        first one was lost, and again after a deadlock or a serialization failure (every statement of the
+        store may be repeated: see timerwheel_start_fire). What the database raises comes out as a
+        StoreError that says what could not be done (`what`) and why: a row another session holds
+        locked, a statement past its timeout, a database that cannot be reached."""
         try:
-            return self._attempts(work)
+            return self._attempts(work, on or self._main)
         except self._psycopg.Error as exc:
             errors = self._psycopg.errors
             if isinstance(exc, errors.LockNotAvailable):
@@ -300,11 +333,11 @@ class PostgresStore:
                 why = "the database failed"
             raise StoreError(f"the {self.name} could not {what}: {why} ({exc})") from exc
 
-    def _attempts(self, work: Callable[[Any], Any]) -> Any:
+    def _attempts(self, work: Callable[[Any], Any], on: _Connection) -> Any:
         errors = self._psycopg.errors
-        with self._lock:
+        with on.lock:
             for attempt in range(1, 5):
-                conn = self._connection()
+                conn = on.get()
                 try:
                     return work(conn)
                 except (errors.DeadlockDetected, errors.SerializationFailure):
@@ -314,7 +347,7 @@ class PostgresStore:
                 except self._psycopg.OperationalError:
                     if attempt >= 2 or not (conn.closed or conn.broken):
                         raise
-                    self._drop_connection()
+                    on.drop()
             raise AssertionError("unreachable")
 
     def _migrate(self, conn: Any) -> None:
@@ -381,7 +414,7 @@ class PostgresStore:
                 ).fetchone()[0]
             )
 
-        return int(self._do(work, f"store key {row.key!r}"))
+        return int(self._do(work, f"store key {row.key!r}", self._changes))
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
         """replace_all(): every row stored as a new generation and held by this process, and every other
@@ -395,12 +428,18 @@ class PostgresStore:
 
         def work(conn: Any) -> dict[str, int]:
             with conn.transaction():
+                # Locks taken in the order every other statement takes them, so that none waits in a
+                # cycle: replace_all() calls of several processes one after the other (each sees every
+                # key the one before stored); then every key's row, in key order; then the fires; the
+                # generation floor last, when nothing more is waited for.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_REPLACE_ID,))
+                conn.execute("SELECT 1 FROM timerwheel_keys ORDER BY key FOR UPDATE").fetchall()
                 conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
-                conn.execute(
-                    f"WITH d AS (DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s)) RETURNING generation) "
-                    f"{_RAISE_FLOOR}",
+                deleted = conn.execute(
+                    "WITH d AS (DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s)) RETURNING generation) "
+                    "SELECT max(generation) FROM d",
                     (keys,),
-                )
+                ).fetchone()[0]
                 result = conn.execute(
                     "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
                     "last_scheduled_for, last_error, owner, lease_until) SELECT u.key, u.data, "
@@ -416,10 +455,12 @@ class PostgresStore:
                     "RETURNING key, generation",
                     (self.owner_id, self.lease, keys, *[list(c) for c in columns]),
                 ).fetchall()
+                if deleted is not None:
+                    conn.execute("WITH d(generation) AS (VALUES (%s::bigint)) " + _RAISE_FLOOR, (deleted,))
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             return dict(result)
 
-        generations = self._do(work, f"replace the keys with {len(rows)} key(s)")
+        generations = self._do(work, f"replace the keys with {len(rows)} key(s)", self._changes)
         return [int(generations[k]) for k in order]
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
@@ -435,21 +476,22 @@ class PostgresStore:
 
         def work(conn: Any) -> None:
             with conn.transaction():
-                if fires:
-                    conn.cursor().executemany(
-                        "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
-                        "WHERE key = %s AND generation = %s AND scheduled_for = %s",
-                        fires,
-                    )
+                # (keys' rows first, in key order, then fires, as every statement that locks both)
                 if keys:
                     conn.execute(
                         "UPDATE timerwheel_keys AS t SET state = u.state, next_run_at = u.next_run_at, "
                         "last_scheduled_for = u.last_scheduled_for, last_error = u.last_error "
                         "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], "
                         "%s::text[]) AS u(key, generation, state, next_run_at, last_scheduled_for, "
-                        "last_error) "
-                        "WHERE t.key = u.key AND t.generation = u.generation AND t.owner = %s",
-                        (keys, *columns, self.owner_id),
+                        "last_error) WHERE t.key = u.key AND t.generation = u.generation AND t.owner = %s "
+                        f"AND t.key IN ({_IN_ORDER})",
+                        (keys, *columns, self.owner_id, keys),
+                    )
+                if fires:
+                    conn.cursor().executemany(
+                        "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+                        "WHERE key = %s AND generation = %s AND scheduled_for = %s",
+                        fires,
                     )
 
         self._do(work, f"write the state of {len(rows)} key(s)")
@@ -461,6 +503,9 @@ class PostgresStore:
 
         def work(conn: Any) -> bool:
             with conn.transaction():
+                # (the key's row first, then its fires, as every statement that locks both does: no
+                # deadlock with a replace_all() or a take)
+                conn.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", (k,)).fetchall()
                 conn.execute("DELETE FROM timerwheel_fires WHERE key = %s", (k,))
                 gone = conn.execute(
                     f"WITH d AS (DELETE FROM timerwheel_keys WHERE key = %s RETURNING generation) "
@@ -471,7 +516,7 @@ class PostgresStore:
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             return bool(gone)
 
-        return bool(self._do(work, f"delete key {key!r}"))
+        return bool(self._do(work, f"delete key {key!r}", self._changes))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
@@ -533,18 +578,21 @@ class PostgresStore:
             args += (row.last_error,)
         self._do(lambda conn: conn.execute(statement, args), f"record the end of a run of key {key!r}")
 
-    def release(self, keys: Iterable[Hashable]) -> None:
-        """Give keys back (held by this process no more): any process may claim them at once."""
-        encoded = sorted(_key(k) for k in keys)
-        if not encoded:
+    def release(self, keys: Mapping[Hashable, int]) -> None:
+        """Give keys back (held by this process no more), each at the generation given (a key that a
+        change of this process stored again meanwhile, at a newer generation, stays held): any process
+        may claim them at once."""
+        pairs = sorted((_key(k), g) for k, g in keys.items())
+        if not pairs:
             return
         self._do(
             lambda conn: conn.execute(
-                "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
-                "WHERE owner = %s AND key = ANY(%s)",
-                (self.owner_id, encoded),
+                "UPDATE timerwheel_keys AS t SET owner = NULL, lease_until = NULL "
+                "FROM unnest(%s::text[], %s::bigint[]) AS u(key, generation) WHERE t.owner = %s "
+                f"AND t.key = u.key AND t.generation = u.generation AND t.key IN ({_IN_ORDER})",
+                ([k for k, _ in pairs], [g for _, g in pairs], self.owner_id, [k for k, _ in pairs]),
             ),
-            f"give {len(encoded)} key(s) back",
+            f"give {len(pairs)} key(s) back",
         )
 
     def detach(self, running: list[Hashable]) -> None:
@@ -555,8 +603,8 @@ class PostgresStore:
         try:
             self._do(
                 lambda conn: conn.execute(
-                    "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
-                    "WHERE owner = %s AND NOT (key = ANY(%s))",
+                    "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN (SELECT key "
+                    "FROM timerwheel_keys WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
                     (self.owner_id, keep),
                 ),
                 "give its keys back",
@@ -566,8 +614,9 @@ class PostgresStore:
 
     def close(self) -> None:
         """Stop the store's threads, give back every key this process holds (the others take them over at
-        their next claim, without waiting for the lease), and close the connections. Idempotent."""
-        if self._closed:
+        their next claim, without waiting for the lease), and close the connections. Idempotent. In a
+        child that inherited the store through fork, it does nothing (the parent's store goes on)."""
+        if self._closed or self._pid != os.getpid():
             return
         self._stop.set()
         for thread in self._threads:
@@ -576,17 +625,19 @@ class PostgresStore:
         try:
             self._do(
                 lambda conn: conn.execute(
-                    "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
-                    "WHERE owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
-                    (self.owner_id, self.owner_id),
+                    "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN "
+                    "(SELECT key FROM timerwheel_keys WHERE owner = %s ORDER BY key FOR UPDATE) "
+                    "AND owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
+                    (self.owner_id, self.owner_id, self.owner_id),
                 ),
                 "give its keys back",
             )
         except Exception as exc:  # unreachable: the leases lapse by themselves
             logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
-        with self._lock:
-            self._closed = True
-            self._drop_connection()
+        for connection in (self._main, self._changes):
+            with connection.lock:
+                self._closed = True
+                connection.drop()
         self._holder = None
 
     # -- sharing: the keeper and the listener threads -------------------------------------------------

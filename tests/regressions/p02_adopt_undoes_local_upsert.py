@@ -27,7 +27,7 @@ try:
     for attempt in range(15):
         key = f"k{attempt}"
         other.put(StoredKey(key, '"old"', 1, "pending", round((time.time() + 3600) * 1e6), None, None))
-        other.release([key])
+        other.release({key: 1})
         deadline = time.monotonic() + 5
         done = False
         while time.monotonic() < deadline and not done:

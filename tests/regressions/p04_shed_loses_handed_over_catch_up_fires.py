@@ -56,7 +56,7 @@ try:
     G0 = round((time.time() - 1.1) * 1e6) / 1e6
     other.put(StoredKey("k", "null", 1, "pending", round(G0 * 1e6), None, None))
     other.put(StoredKey("j", "null", 1, "pending", round((time.time() - 0.1) * 1e6), None, None))
-    other.release(["k", "j"])
+    other.release({"k": 1, "j": 1})
     other.close()
     a.start()  # claims both
     if not in_hold.wait(5):
