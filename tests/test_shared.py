@@ -534,6 +534,52 @@ def test_a_system_exit_from_a_callback_as_claimed_keys_are_applied_is_logged_and
     assert max(runs.values()) == 1
 
 
+@pytest.mark.realtime  # real leases (1 s) and keeper rounds; bounds of several rounds
+def test_a_row_it_cannot_read_is_left_as_it_is_and_the_other_keys_go_on(dsn: str, caplog: Any) -> None:
+    """A row written by hand or by another program (data that is not JSON, a key that is not a key as
+    timerwheel writes it, an unknown state, a fire with a key it cannot read) made the keeper's claim
+    raise at every round: the keys it had claimed with it, valid ones too, were held and never run.
+    Each such row is logged once, naming it, and given back as it is; the others run."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(0.3))
+    a.keyed.replace_all({f"k{i}": None for i in range(4)})
+    a.close()
+    bad = {
+        '"bad-data"': ("{not json", "pending"),
+        "bare words": ("null", "pending"),
+        '"bad-state"': ("null", "asleep"),
+    }
+    for key, (data, state) in bad.items():
+        sql(
+            dsn,
+            "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) "
+            "VALUES (%s, %s, 1, %s, 0)",
+            key,
+            data,
+            state,
+        )
+    sql(  # (a fire of k0 that timerwheel cannot have written: attempts 0)
+        dsn,
+        "INSERT INTO timerwheel_fires (key, generation, scheduled_for, started_at, owner, attempts) "
+        "SELECT key, generation, 1, 0, 'by hand', 0 FROM timerwheel_keys WHERE key = '\"k0\"'",
+    )
+    before = sorted(sql(dsn, "SELECT key, data, generation, state, next_run_at FROM timerwheel_keys"))
+    b = Node(dsn, runs, next_run=every(0.3))
+    wait_for(lambda: all(runs_of(runs, f"k{i}") >= 3 for i in range(1, 4)), 10.0, "the readable keys run")
+    time.sleep(1.0)  # (more keeper rounds: each unreadable row is said once)
+    b.close()
+    for key in bad:
+        assert caplog.text.count(f"the row of key {key!r} in timerwheel_keys") == 1, key
+    assert caplog.text.count("the row of key '\"k0\"' in timerwheel_fires") == 1
+    assert runs_of(runs, "k0") == 0  # (left with its fire, for a timerwheel that reads them)
+    assert sql(dsn, "SELECT count(*) FROM timerwheel_keys WHERE owner IS NOT NULL") == [(0,)]
+    after = sorted(sql(dsn, "SELECT key, data, generation, state, next_run_at FROM timerwheel_keys"))
+    assert [r for r in after if r[0] in bad or r[0] == '"k0"'] == [
+        r for r in before if r[0] in bad or r[0] == '"k0"'
+    ]  # (left exactly as it was)
+    assert max(runs.values()) == 1
+
+
 @pytest.mark.realtime  # real leases and a real lock; each bound is several times what it needs
 def test_a_row_locked_by_another_session_holds_up_only_its_own_key(dsn: str) -> None:
     """An operator's transaction left open on one key's row used to freeze the whole process: taking

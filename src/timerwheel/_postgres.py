@@ -35,7 +35,17 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from ._store import FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from ._store import (
+    FinishedFire,
+    StoredFire,
+    StoredKey,
+    StoreError,
+    _fire_row,
+    _key_row,
+    _stored_key,
+    decode_key,
+    encode_key,
+)
 from ._validate import seconds as _seconds
 
 __all__ = ["PostgresStore"]
@@ -124,6 +134,11 @@ _SCHEMA = [
     """DROP FUNCTION IF EXISTS timerwheel_finish_fire(text, bigint, bigint, bigint, text, text, boolean,
         text, bigint, bigint, text, double precision)""",
 ]
+
+
+def _held_row(key: Any, generation: int) -> tuple[Hashable, int]:
+    """A key held and its generation, its key checked as _key_row checks it."""
+    return _stored_key(key), generation
 
 
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
@@ -266,6 +281,7 @@ class PostgresStore:
         self._lost_said = False
         self._owner: Any = None  # the KeyedScheduler that uses this store (one at a time)
         self._detached = False  # its KeyedScheduler closed: renew what runs, claim nothing
+        self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
         try:
             with self._main.lock:
                 self._migrate(self._main.get())
@@ -719,7 +735,7 @@ class PostgresStore:
             (self.lease, self.owner_id, self.owner_id, self.owner_id),
         ).fetchall()
         self._valid_until = started + self.lease
-        holder._shared_reconcile({decode_key(k): g for k, g in held}, stamp)
+        holder._shared_reconcile(dict(self._readable(held, _held_row, "timerwheel_keys")[0]), stamp)
         share = -(-total // live)
         if len(held) > share:
             holder._shared_shed(len(held) - share)
@@ -736,19 +752,55 @@ class PostgresStore:
                     f"NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {_COLUMNS}",
                     (self.owner_id, self.lease, min(share - len(held), 10_000)),
                 ).fetchall()
-                fires = []
-                if rows:
-                    fires = conn.execute(
-                        "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
-                        "WHERE finished_at IS NULL AND key = ANY(%s) ORDER BY key, scheduled_for",
-                        ([r[0] for r in rows],),
-                    ).fetchall()
-            if rows:
-                holder._shared_adopt(
-                    [StoredKey(decode_key(k), *rest) for k, *rest in rows],
-                    [StoredFire(decode_key(k), g, at, n) for k, g, at, n in fires],
-                    stamp,
-                )
+                # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
+                # another program) is given back at once, exactly as it is, and the others go on.
+                keys, unreadable = self._readable(rows, _key_row, "timerwheel_keys")
+                fires: list[StoredFire] = []
+                if keys:
+                    fires, bad = self._readable(
+                        conn.execute(
+                            "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
+                            "WHERE finished_at IS NULL AND key = ANY(%s) ORDER BY key, scheduled_for",
+                            ([encode_key(row.key) for row in keys],),
+                        ).fetchall(),
+                        _fire_row,
+                        "timerwheel_fires",
+                    )
+                    if bad:  # (a key with a fire it cannot read is left as it is, with its fires)
+                        keys = [row for row in keys if encode_key(row.key) not in bad]
+                        fires = [fire for fire in fires if encode_key(fire.key) not in bad]
+                        unreadable |= bad
+                if unreadable:
+                    conn.execute(
+                        "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
+                        "WHERE key = ANY(%s) AND owner = %s",
+                        (sorted(unreadable), self.owner_id),
+                    )
+            if keys:
+                holder._shared_adopt(keys, fires, stamp)
+
+    def _readable(
+        self, rows: list[tuple[Any, ...]], read: Callable[..., Any], table: str
+    ) -> tuple[list[Any], set[str]]:
+        """Rows checked as they are read (_key_row, _fire_row): those it can read, and the stored keys of
+        those it cannot, each logged once (a StoreError's message naming the database and the row)."""
+        good, bad = [], set()
+        for row in rows:
+            try:
+                good.append(read(*row))
+            except ValueError as exc:
+                bad.add(row[0])
+                if (table, row[0]) not in self._unreadable:
+                    self._unreadable.add((table, row[0]))
+                    logger.error(
+                        "timerwheel: the %s has a row that this timerwheel cannot read: the row of key %r "
+                        "in %s: %s; the key is left as it is, and the others go on",
+                        self.name,
+                        row[0],
+                        table,
+                        exc,
+                    )
+        return good, bad
 
     def _listen(self) -> None:
         conn: Any = None
