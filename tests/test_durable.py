@@ -547,10 +547,10 @@ def test_replace_that_removes_a_key_puts_it_back_above_its_generation(path: Path
     assert store.replace([row("a", 5), row("b", 1)], []) == [5, 1]
     assert store.replace([row("b", 2)], ["a"]) == [2]  # removes a (generation 5)
     assert store.replace([row("a", 1), row("c", 1), row("b", 3)], []) == [6, 6, 3]
-    assert store.replace([row("a", 1)], ["a"]) == [7]  # removed and put back by one call
+    assert store.replace([row("a", 1), row("c", 6), row("b", 3)], ["a"]) == [7, 6, 3]  # a: removed, put back
     store.close()
     store = SQLiteStore(path)
-    assert store.replace([row("a", 1)], ["a"]) == [8]
+    assert store.replace([row("a", 1), row("b", 3), row("c", 6)], ["a"]) == [8, 3, 6]
     rows, _ = store.load()
     assert {r.key: r.generation for r in rows} == {"a": 8, "b": 3, "c": 6}
     store.close()
@@ -1052,3 +1052,146 @@ def test_a_program_that_ends_after_close_records_the_end_of_the_run_that_went_on
     life.keyed.start()
     assert life.keyed.stats().recovered == 0
     life.keyed.close()
+
+
+def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
+    path: Path, clock: ManualClock
+) -> None:
+    """A fire's take committed, but the store raised after the commit (an I/O error on the way back):
+    its retry used to find the fire in the log, unfinished, and take it for one taken already, so the fire
+    never ran and stayed unfinished until a later life ran it again. It is the same take: it runs, once."""
+    life = Life(path, clock, context=True)
+    store = life.keyed._store
+    real = store.start_fire
+    failures = [1]
+    fences: list[Any] = []
+
+    def answer_lost(*args: Any) -> int:
+        attempt = real(*args)
+        if failures and failures.pop():
+            raise StoreError(f"the {store.name} could not take a fire: disk I/O error after commit")
+        return attempt
+
+    store.start_fire = answer_lost  # type: ignore[method-assign]
+    life.keyed._run = lambda ctx, key, data: fences.append(ctx.fence)  # type: ignore[method-assign]
+    life.keyed.start()
+    life.keyed.upsert("job", {"every": 10})
+    life.advance(10)
+    assert fences == []  # (the take raised: tried again in a second)
+    life.advance(1)
+    assert fences == [(1, round((T0 + 10) * 1_000_000), 1)]
+    life.advance(10)  # the next fire: the key went on from the one that ran
+    assert len(fences) == 2 and fences[1].scheduled_for == round((T0 + 21) * 1_000_000)
+    life.keyed.close()
+    assert SQLiteStore(path).load()[1] == []  # nothing left unfinished in the log
+
+
+def test_a_rerun_of_a_fire_older_than_the_latest_started_does_not_run_the_later_ones_again(
+    path: Path, clock: ManualClock
+) -> None:
+    """The file says the key's latest started fire was at 119 s, and a fire at 115 s was left unfinished
+    (a life whose wall clock ran ahead; this one's is at 91 s). The rerun of 115 runs once it is due, and
+    the key goes on after 119, not from 115: the fires from 116 to 119 ran already."""
+    store = SQLiteStore(path)
+    us = lambda s: round((T0 + s) * 1_000_000)  # noqa: E731
+    generation = store.put(StoredKey("job", '{"every":1}', 1, "pending", us(115), us(114), None))
+    assert (
+        store.start_fire(
+            StoredKey("job", '{"every":1}', generation, "running", None, us(115), None),
+            us(115),
+            us(115),
+            False,
+        )
+        == 1
+    )
+    store.save([StoredKey("job", '{"every":1}', generation, "pending", us(120), us(119), None)])
+    store.close()
+    down(clock, 91)
+    life = Life(path, clock)
+    life.keyed.start()
+    life.advance(30)
+    assert life.ran[:2] == [("job", 115.0), ("job", 120.0)]
+    assert life.keyed.stats().recovered == 1
+    life.keyed.close()
+
+
+def test_an_unfinished_fire_later_than_the_rows_last_fire_is_rerun_once_not_caught_up_again(
+    path: Path, clock: ManualClock
+) -> None:
+    """A fire at 99 s was taken, and then a run's end wrote the key's row saying its last fire was at 98 s
+    (the end of an earlier run, written after the take). The next life counted 99 both as the interrupted
+    fire to rerun and as a missed fire to catch up: it ran twice. It is rerun once."""
+    store = SQLiteStore(path)
+    us = lambda s: round((T0 + s) * 1_000_000)  # noqa: E731
+    data = '{"every":1}'
+    generation = store.put(StoredKey("job", data, 1, "pending", us(98), us(97), None))
+    assert store.start_fire(
+        StoredKey("job", data, generation, "running", None, us(99), None), us(99), us(99), False
+    )
+    store.save([StoredKey("job", data, generation, "pending", us(99), us(98), None)])
+    store.close()
+    down(clock, 101.5)
+    fences: list[Any] = []
+    life = Life(
+        path,
+        clock,
+        catch_up=CatchUp.ALL,
+        reschedule=Reschedule.BEFORE_RUN,
+        context=True,
+        run=lambda ctx, key, data: fences.append((ctx.fence.scheduled_for - us(0)) / 1e6),
+    )
+    life.keyed.start()
+    for _ in range(5):
+        life.advance(0.01)
+    assert fences == [99.0, 100.0, 101.0]  # 99 (rerun), then the missed 100 and 101: each once
+    assert life.keyed.stats().recovered == 1 and life.keyed.stats().caught_up == 2
+    life.keyed.close()
+
+
+def upsert_whose_answer_is_lost(life: Life, key: str) -> None:
+    """upsert(key) whose put commits, then raises StoreError (an I/O error on the way back)."""
+    store = life.keyed._store
+    real = store.put
+
+    def answer_lost(row: StoredKey) -> int:
+        real(row)
+        raise StoreError(f"the {store.name} could not store a key: disk I/O error after commit")
+
+    store.put = answer_lost  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="after commit"):
+        life.keyed.upsert(key, {"every": 10})
+    del store.put
+
+
+def test_replace_all_deletes_a_key_whose_upsert_raised_after_its_commit(
+    path: Path, clock: ManualClock
+) -> None:
+    """An upsert raised StoreError after its commit (an I/O error on the way back): the key is in the file
+    and not in the KeyedScheduler's memory. A replace_all() without it used to delete only the keys in
+    memory, and the key came back in the next life. replace_all() makes the file exactly its mapping."""
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("kept", {"every": 10})
+    upsert_whose_answer_is_lost(life, "ghost")
+    life.keyed.replace_all({"kept": {"every": 20}})
+    crash(life)
+    down(clock, 1)
+    second = Life(path, clock)
+    assert set(second.keyed) == {"kept"}
+    second.keyed.close()
+
+
+def test_remove_deletes_a_key_whose_upsert_raised_after_its_commit(path: Path, clock: ManualClock) -> None:
+    """The same ghost as above, removed: remove() used to return False without asking the store (the key
+    was not in memory), and the key came back in the next life. It is deleted from the file."""
+    life = Life(path, clock)
+    life.keyed.start()
+    upsert_whose_answer_is_lost(life, "ghost")
+    assert life.keyed.remove("ghost") is True  # (it was in the store)
+    assert life.keyed.remove("ghost") is False
+    assert life.keyed.remove(1.5) is False  # (a key no durable store keeps: nothing to ask)
+    crash(life)
+    down(clock, 1)
+    second = Life(path, clock)
+    assert set(second.keyed) == set()
+    second.keyed.close()

@@ -523,6 +523,36 @@ def test_a_cron_as_next_run_and_the_wall_clock() -> None:
     assert ran == ["2025-03-30T01:00:00+00:00", "2025-03-31T01:00:00+00:00"]
 
 
+def test_a_wall_clock_that_steps_back_between_a_fire_and_its_start_delays_the_start() -> None:
+    """Two keys fire at wall 10; the first one's run steps the wall clock back 30 s (NTP) before the
+    second one's run starts. The second used to start then, at wall -20, before its time: it waits for its
+    time again, as its timer would have, and runs once the wall clock reaches it."""
+    clock = ManualClock(0.0, wall=1000.0)
+    ran: list[tuple[str, float]] = []
+
+    def run(key: str, data: Any) -> None:
+        ran.append((key, clock.wall()))
+        if key == "a":
+            clock.set_wall(clock.wall() - 30.0)
+
+    sched = Scheduler(clock)
+    k = KeyedScheduler(sched, lambda now, key, data: datetime.fromtimestamp(1010.0, UTC), run)
+    k.start()
+    k.upsert("a")
+    k.upsert("b")
+    clock.advance(10.0)
+    sched.run_pending()
+    assert ran == [("a", 1010.0)]  # (b waits: the wall clock says 980)
+    info = k.get("b")
+    assert info is not None and info.next_run_at == datetime.fromtimestamp(1010.0, UTC)
+    clock.advance(29.0)
+    sched.run_pending()
+    assert ran == [("a", 1010.0)]
+    clock.advance(1.0)
+    sched.run_pending()
+    assert ran == [("a", 1010.0), ("b", 1010.0)]
+
+
 # -- found by the review of issue 14 -----------------------------------------------------------------------
 
 

@@ -152,6 +152,7 @@ class _Key(WallTimer):
         "contexts",
         "data",
         "generation",
+        "handed",
         "key",
         "last_call",
         "last_error",
@@ -178,6 +179,10 @@ class _Key(WallTimer):
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
         self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
         self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
+        # The fire handed to the scheduler whose take is not done yet, (generation, scheduled_for), or
+        # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
+        # a catch-up step, while its take is on its way to a shared store, would take it twice).
+        self.handed: tuple[int, float] | None = None
 
     def row(self, data: str, state: KeyState | None = None) -> StoredKey:
         """Its row for a durable store, with `data` its JSON (and another state, if given)."""
@@ -450,12 +455,18 @@ class KeyedScheduler:
         self._unrecorded_lock = threading.Lock()  # (a shared store's writer records them: never held long)
         self._store_released = False
         self._released: Future[Any] | None = None  # a shared store's release, by its writer
-        self._handed: dict[_Key, float] = {}  # catch-up fires handed to the scheduler, not begun yet
         self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
         self._pid = os.getpid()
-        self._writer_thread = _Writer("store-writer") if self._shared else None  # see _Writer
-        self._changer_thread = _Writer("store-changes") if self._shared else None  # see _changer
+        # (a shared store may say where its database work runs, and on what clock its leases are counted:
+        # a simulated one, on its simulated process's loop and clock; by default a thread each, and this
+        # machine's monotonic clock)
+        make_writer = getattr(store, "writer", None) if self._shared else None
+        if self._shared and not callable(make_writer):
+            make_writer = _Writer
+        self._writer_thread: Any = make_writer("store-writer") if make_writer else None  # see _Writer
+        self._changer_thread: Any = make_writer("store-changes") if make_writer else None  # see _changer
+        self._monotonic: Callable[[], float] = getattr(store, "monotonic", None) or time.monotonic
         lease = getattr(store, "lease", None) if self._shared else None
         self._lease: float | None = None if lease is None else float(lease)
         self._seq = 0  # shared: user changes made so far (see _changing)
@@ -611,7 +622,8 @@ class KeyedScheduler:
                 self._close_store()
                 return None
             writer = self._writer()
-            future = self._released = writer.submit(self._close_store)
+            future: Future[Any] = writer.submit(self._close_store)
+            self._released = future
             writer.stop(wait=False)
             self._changer().stop(wait=False)
             return future
@@ -1032,7 +1044,8 @@ class KeyedScheduler:
         with self._lock:
             self._check_caller()
             if key not in self._keys:
-                return False
+                # (not in memory, but maybe in the store: an upsert that raised after its commit)
+                return self._durable and _storable(key) and bool(self._store.delete(key))
             if self._durable:
                 self._store.delete(key)  # committed first: a store that fails changes nothing
             self._forget(key)
@@ -1065,7 +1078,7 @@ class KeyedScheduler:
         `cancel` (default: cancel_running_on_remove)."""
         rec = self._keys.pop(key)
         self._loaded.discard(key)
-        self._handed.pop(rec, None)
+        rec.handed = None
         if self._shared:
             self._taken(key)  # (a tombstone: what the database said before now does not bring it back)
         rec.generation += 1
@@ -1265,11 +1278,12 @@ class KeyedScheduler:
         queue = rec.catch_up
         if queue:  # (it stays at the head until its run begins: a key given away meanwhile keeps it)
             scheduled_for, rerun = queue[0]
-            if self._handed.get(rec) == scheduled_for:
-                return  # handed over already, and not begun yet: its run arms the next one
-            self._handed[rec] = scheduled_for
         else:
             scheduled_for, rerun = rec.wall, False
+        fire = (rec.generation, scheduled_for)
+        if rec.handed == fire:
+            return  # handed over already, its take not done yet: the take plans the key's next fire
+        rec.handed = fire
         engine.schedule_at(
             rec.due, self._job, args=(rec, rec.generation, scheduled_for, rerun), options=self._options
         )
@@ -1308,6 +1322,8 @@ class KeyedScheduler:
         except asyncio.CancelledError:  # (the scheduler closing): the take is made all the same
             await take
             with self._lock:
+                if start.rec.handed == (generation, scheduled_for):
+                    start.rec.handed = None
                 self._untake(start.rec, None)
             raise
         with self._lock:
@@ -1318,8 +1334,12 @@ class KeyedScheduler:
         (superseded, waiting for an older generation's run, or the wall clock failing: tried again). The
         run is counted as going from here (rec.running), so that no other fire of the key starts beside
         it while its take is made."""
-        if self._handed and self._handed.get(rec) == scheduled_for:
-            del self._handed[rec]
+        start = self._prepare(rec, generation, scheduled_for, rerun)
+        if start is None and rec.handed == (generation, scheduled_for):
+            rec.handed = None  # (not begun: the fire may be handed over again)
+        return start
+
+    def _prepare(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:
         if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
             return None
         if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
@@ -1333,6 +1353,10 @@ class KeyedScheduler:
             self._clock_failed(rec, scheduled_for, rerun, exc)
             return None
         self._backoff = 0.0
+        if wall_now < scheduled_for:  # the wall clock stepped back since the fire came due: never
+            _keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
+            self._apply(rec, rec.state, scheduled_for, rec.last_error)
+            return None
         at: float | None
         error: BaseException | None
         queue = rec.catch_up
@@ -1342,7 +1366,7 @@ class KeyedScheduler:
         elif self._reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = _advancing(
-                self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
+                self._evaluate(rec.key, rec.data, _since(rec, wall_now, scheduled_for, rerun)), scheduled_for
             )
             state, at, last_error = self._outcome(rec, result)
             error = result if isinstance(result, BaseException) else None
@@ -1356,7 +1380,7 @@ class KeyedScheduler:
                 generation,
                 (KeyState.RUNNING if state is not KeyState.INVALID else state).value,
                 _us(at),
-                _micro(scheduled_for),
+                _micro(_latest_started(rec, scheduled_for, rerun)),
                 last_error,
             )
         rec.running += 1
@@ -1368,7 +1392,7 @@ class KeyedScheduler:
         """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
         it was taken already (or, a shared store, the key is held elsewhere), or the store's error; and
         the monotonic time the take was asked for (a shared store's lease on the key runs from then)."""
-        asked = time.monotonic()
+        asked = self._monotonic()
         if start.row is None:
             return 1, asked
         try:
@@ -1390,7 +1414,9 @@ class KeyedScheduler:
         fire), which succeeds only while the key is still held here."""
         rec, generation, scheduled_for = start.rec, start.generation, start.scheduled_for
         taken, asked = take
-        lapsed = self._lease is not None and time.monotonic() >= asked + self._lease
+        if rec.handed == (generation, scheduled_for):
+            rec.handed = None  # (its take is done: what follows plans the key)
+        lapsed = self._lease is not None and self._monotonic() >= asked + self._lease
         if lapsed and isinstance(taken, int) and taken:
             taken = LeaseLapsed(
                 f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
@@ -1398,10 +1424,12 @@ class KeyedScheduler:
             )
         if isinstance(taken, BaseException) or not taken:
             rec.running -= 1
+            current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
             if isinstance(taken, BaseException):  # the store failed: the fire is not lost, tried again soon
-                delay = 0.0 if isinstance(taken, LeaseLapsed) else 1.0
-                self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now, delay)
-            elif self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed:
+                if current:  # (a fire of an older generation is superseded: the key is the newer one's)
+                    delay = 0.0 if isinstance(taken, LeaseLapsed) else 1.0
+                    self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now, delay)
+            elif current:
                 # taken already (or, a shared store, the key is held elsewhere): the next one
                 rec.catch_up = start.rest or None
                 if rec.catch_up:
@@ -1414,8 +1442,11 @@ class KeyedScheduler:
             if self._closed:
                 self._release_store()
             return _STALE
-        rec.catch_up = start.rest or None  # (taken: off the queue)
-        rec.last_scheduled_for = scheduled_for
+        if rec.generation == generation and self._keys.get(rec.key) is rec:
+            # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
+            # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
+            rec.catch_up = start.rest or None
+            rec.last_scheduled_for = _latest_started(rec, scheduled_for, start.rerun)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, _micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -1591,7 +1622,8 @@ class KeyedScheduler:
                     outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
                 elif self._reschedule is Reschedule.AFTER_FINISH:
                     result = _advancing(
-                        self._evaluate(rec.key, rec.data, max(wall_now, scheduled_for)), scheduled_for
+                        self._evaluate(rec.key, rec.data, _since(rec, wall_now, scheduled_for, True)),
+                        scheduled_for,
                     )
                     rec.last_error = last_error
                     outcome = self._outcome(rec, result)
@@ -1639,8 +1671,8 @@ class KeyedScheduler:
         """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
         next run is planned afresh (the head of its catch-up queue, if it has one)."""
         with self._lock:
-            if self._handed and self._handed.get(rec) == scheduled_for:
-                del self._handed[rec]
+            if rec.handed == (generation, scheduled_for):
+                rec.handed = None
             if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
                 return
             if rec.id is not None:
@@ -1675,14 +1707,14 @@ class KeyedScheduler:
             self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
         self._raise_held()
 
-    def _writer(self) -> _Writer:
-        """The shared store's writer."""
+    def _writer(self) -> Any:
+        """The shared store's writer (a _Writer, or what the store made: see __init__)."""
         self._check_own()
         writer = self._writer_thread
         assert writer is not None, "only a shared store has a writer"
         return writer
 
-    def _changer(self) -> _Writer:
+    def _changer(self) -> Any:
         """The shared store's writer of users' changes (upsert, replace_all, remove): a writer of their
         own, on a connection of their own, so that a change that waits for a locked row does not hold up
         the fires; in the order they were made (see _applies)."""
@@ -2102,11 +2134,17 @@ class KeyedScheduler:
         queue = plan.queue
         base = rec.next_run_at
         interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
+        # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
+        # fire log as unfinished (rerun, or abandoned, below), and so is every unfinished one (the row
+        # may say less: a run's end written after a later fire's take).
+        started = rec.last_scheduled_for
         for fire in self._unfinished.get(rec.key, ()):
             when = fire.scheduled_for / 1_000_000
             if fire.generation != rec.generation:
                 plan.finish(rec, fire, wall_now, "superseded: its key was replaced")
                 continue
+            if started is None or when > started:
+                started = when
             if self._recover is Recover.RERUN:
                 queue.append((when, True))
                 plan.recovered += 1
@@ -2142,10 +2180,8 @@ class KeyedScheduler:
         missed: list[float] = []
         t: float | None = base
         result: Any = base
-        # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
-        # fire log as unfinished (rerun, or abandoned, above). A life that decided to rerun it and ended
-        # before the rerun left it as the key's next run: it is that rerun, not a miss.
-        started = rec.last_scheduled_for
+        # (A life that decided to rerun a fire and ended before the rerun left it as the key's next run:
+        # it is that rerun, not a miss.)
         while t is not None and t <= wall_now:
             if len(missed) > self._max_catch_up:
                 plan.beyond = True
@@ -2285,6 +2321,20 @@ def _advancing(result: Any, scheduled_for: float) -> Any:
             "key would run again at once, without end (return None to stop it)"
         )
     return result
+
+
+def _latest_started(rec: _Key, scheduled_for: float, rerun: bool) -> float:
+    """The key's latest started fire once this one starts: this one, but for the rerun of an interrupted
+    fire older than the latest (a life whose wall clock ran ahead, then a restart on a right one)."""
+    latest = rec.last_scheduled_for
+    return scheduled_for if not rerun or latest is None or latest < scheduled_for else latest
+
+
+def _since(rec: _Key, wall_now: float, scheduled_for: float, rerun: bool) -> float:
+    """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
+    stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
+    at or before one that started runs again."""
+    return max(wall_now, _latest_started(rec, scheduled_for, rerun))
 
 
 def _keep_first(rec: _Key, scheduled_for: float, rerun: bool) -> None:
@@ -2438,6 +2488,11 @@ class _Start(NamedTuple):
     last_error: str | None
     error: BaseException | None
     row: StoredKey | None
+
+
+def _storable(key: Any) -> bool:
+    """Whether a durable store can keep `key` (a str or an int)."""
+    return type(key) is str or (type(key) is int)
 
 
 def _check_key(key: Any) -> None:

@@ -90,9 +90,10 @@ class KeyStore(Protocol):
         ...
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
-        """replace_all(): delete every removed key (None: every key not in rows) and put every row, in
-        one transaction. Returns the generations stored, in the order of rows, each as put() would (a
-        key removed by this call and in rows gets a generation above the one removed)."""
+        """replace_all(): delete every removed key, and every other key not in rows, and put every row, in
+        one transaction (a shared store may be given None: it knows every key). Returns the generations
+        stored, in the order of rows, each as put() would (a key removed by this call and in rows gets a
+        generation above the one removed)."""
         ...
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
@@ -108,7 +109,9 @@ class KeyStore(Protocol):
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Record the fire (row.key, row.generation, scheduled_for) as started and write the key's row, in
         one transaction. Returns the attempt it is (1; a rerun of an unfinished fire counts one more
-        attempt of it), or 0 (nothing written) if that fire was taken already."""
+        attempt of it), or 0 (nothing written) if that fire was taken already. The same take again of an
+        unfinished fire by its taker (its answer was lost: an error raised after the commit) takes it, at
+        the same attempt."""
         ...
 
     def finish_fire(
@@ -746,13 +749,17 @@ class SQLiteStore:
         self._transaction(work)
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
-        """Delete every removed key and put every row, in one transaction (see KeyStore)."""
+        """Delete every removed key and every other key not in rows, and put every row, in one
+        transaction (see KeyStore). Every key the file has goes, not only those `removed` names: a key
+        whose put raised after its commit (an I/O error on the way back) is in the file and not in the
+        caller's memory. (A removed key in rows too is put back above the generation removed.)"""
         values = [self._row(row) for row in rows]
-        if removed is None:
-            raise ValueError("removed: a SQLiteStore needs the keys to delete")
-        gone = [encode_key(key) for key in removed]
+        keep = {v[0] for v in values}
+        named = [encode_key(key) for key in removed or ()]
 
         def work(db: sqlite3.Connection) -> tuple[list[int], int]:
+            others = [k for (k,) in db.execute("SELECT key FROM timerwheel_keys") if k not in keep]
+            gone = list(dict.fromkeys([*named, *others]))
             floor = self._delete(db, gone)[1] if gone else self._floor
             stored = _above_floor(db, values, floor)
             db.executemany(_PUT, stored)
@@ -779,25 +786,28 @@ class SQLiteStore:
         fire = (k, row.generation, scheduled_for)
 
         def work(db: sqlite3.Connection) -> int:
-            attempt = 1
             if rerun:
                 taken = db.execute(
                     "UPDATE timerwheel_fires SET attempts = attempts + 1, started_at = ? "
                     "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
                     (started_at, *fire),
                 ).rowcount
-                if taken:
-                    (attempt,) = db.execute(
-                        "SELECT attempts FROM timerwheel_fires "
-                        "WHERE key = ? AND generation = ? AND scheduled_for = ?",
-                        fire,
-                    ).fetchone()
             else:
+                # A fire new to the log, or an unfinished one: the same take again, after a commit whose
+                # answer was lost (an error raised after it). The file has one owner, and a fire it
+                # found unfinished at start is rerun (rerun=True) or marked finished, never taken anew.
                 taken = db.execute(
-                    "INSERT OR IGNORE INTO timerwheel_fires (key, generation, scheduled_for, started_at) "
-                    "VALUES (?, ?, ?, ?)",
+                    "INSERT INTO timerwheel_fires (key, generation, scheduled_for, started_at) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (key, generation, scheduled_for) DO UPDATE "
+                    "SET started_at = excluded.started_at WHERE finished_at IS NULL",
                     (*fire, started_at),
                 ).rowcount
+            if taken:
+                (attempt,) = db.execute(
+                    "SELECT attempts FROM timerwheel_fires "
+                    "WHERE key = ? AND generation = ? AND scheduled_for = ?",
+                    fire,
+                ).fetchone()
             if not taken:
                 return 0
             db.execute(
