@@ -141,7 +141,10 @@ def test_every_public_name_has_a_docstring() -> None:
     import timerwheel.testing
 
     names = [getattr(timerwheel, n) for n in PUBLIC if n not in ("BACKEND", "__version__")]
-    names += [timerwheel.testing.ManualClock, timerwheel.testing.VirtualTimeLoop]
+    names += [getattr(timerwheel.testing, n) for n in timerwheel.testing.__all__]
+    import timerwheel.testing.simulate
+
+    names += [getattr(timerwheel.testing.simulate, n) for n in timerwheel.testing.simulate.__all__]
     for obj in names:
         assert obj.__doc__ and obj.__doc__.strip(), obj
         for attr, member in vars(obj).items():

@@ -1,6 +1,7 @@
 """Test helpers for code that uses timerwheel: a clock that moves only when the test says so, a way to wait
-until a ThreadedScheduler has done everything that is due, and an asyncio event loop whose clock jumps to
-the next timer instead of sleeping."""
+until a ThreadedScheduler has done everything that is due, an asyncio event loop whose clock jumps to
+the next timer instead of sleeping, and a simulated cluster of KeyedSchedulers (SimulatedCluster, in
+timerwheel.testing.simulate) that runs your jobs under kills, pauses and clock faults on virtual time."""
 
 from __future__ import annotations
 
@@ -13,10 +14,22 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ._clock import Clock
-from ._validate import function, seconds
+from .._clock import Clock
+from .._validate import function, seconds
 
-__all__ = ["ManualClock", "VirtualTimeLoop", "wait_until_idle"]
+__all__ = ["ManualClock", "SimRun", "SimulatedCluster", "Violation", "VirtualTimeLoop", "wait_until_idle"]
+
+_SIMULATION = ("SimRun", "SimulatedCluster", "Violation")
+
+
+def __getattr__(name: str) -> Any:
+    # (imported when first asked for: `python -m timerwheel.testing.simulate` runs that module as
+    # __main__, which must not be imported already)
+    if name in _SIMULATION:
+        from . import simulate
+
+        return getattr(simulate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ManualClock(Clock):
@@ -153,7 +166,7 @@ def wait_until_idle(scheduler: Any, timeout: float = 10.0) -> None:
         TimeoutError: not idle within `timeout` seconds.
         TypeError: not a ThreadedScheduler.
     """
-    from ._threaded import ThreadedScheduler
+    from .._threaded import ThreadedScheduler
 
     if not isinstance(scheduler, ThreadedScheduler):
         raise TypeError(f"scheduler must be a ThreadedScheduler, not {type(scheduler).__name__}")

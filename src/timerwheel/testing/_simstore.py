@@ -1,0 +1,477 @@
+"""The simulated shared store: one database in memory, kept by the same rules as PostgresStore's
+statements and functions, and one store per simulated process over it.
+
+Every statement of PostgresStore is a method of SimDatabase, atomic at one instant of the simulated
+database clock; SimStore is what a KeyedScheduler of one simulated process holds (its owner id, its
+lease, its keeper and its listener, its clock). Where a real store has threads (the KeyedScheduler's
+writers, the keeper, the listener), the simulated one runs the same work as callbacks on its process's
+event loop, so that a paused process pauses all of them, as SIGSTOP does, and a killed one stops them
+all at that instant. Faults come from the process (see simulate.Process): a store cut off (every call
+fails, or hangs until the cut ends), slow calls, one write that fails (before or after its commit).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from concurrent.futures import Future
+from typing import Any
+
+from .._store import FinishedFire, StoredFire, StoredKey, StoreError
+
+__all__ = ["SimDatabase", "SimStore"]
+
+
+class SimDatabase:
+    """The shared database of a simulated cluster: keys, the fire log, the owners' leases and the
+    generation floor, on the database's own clock (`now()`, POSIX seconds)."""
+
+    def __init__(self, now: Callable[[], float]) -> None:
+        self.now = now
+        self.keys: dict[Hashable, dict[str, Any]] = {}
+        self.fires: dict[tuple[Hashable, int, int], dict[str, Any]] = {}
+        self.owners: dict[str, float] = {}
+        self.floor = 0  # the highest generation of any key deleted
+        self.stores: list[SimStore] = []  # every store that listens (NOTIFY reaches them)
+        self.commits: list[tuple[float, str, Hashable, Any]] = []  # (time, what, key, data): users' changes
+
+    # -- what the rows say ----------------------------------------------------------------------------
+
+    def live(self, lease_until: float | None) -> bool:
+        return lease_until is not None and lease_until >= self.now()
+
+    def held_by(self, owner: str) -> dict[Hashable, int]:
+        return {k: r["generation"] for k, r in self.keys.items() if r["owner"] == owner}
+
+    def notify(self, sender: str, payload: dict[str, Any]) -> None:
+        text = json.dumps({"o": sender, **payload})
+        for store in list(self.stores):
+            store._notified(text)
+
+    # -- users' changes -------------------------------------------------------------------------------
+
+    def _stored(self, row: StoredKey, owner: str, lease: float) -> int:
+        old = self.keys.get(row.key)
+        if old is None:
+            generation = max(row.generation, self.floor + 1)
+            last = row.last_scheduled_for
+        else:
+            generation = max(row.generation, old["generation"] + 1)
+            last = row.last_scheduled_for if row.last_scheduled_for is not None else old["last_scheduled_for"]
+        self.keys[row.key] = {
+            "data": row.data,
+            "generation": generation,
+            "state": row.state,
+            "next_run_at": row.next_run_at,
+            "last_scheduled_for": last,
+            "last_error": row.last_error,
+            "owner": owner,
+            "lease_until": self.now() + lease,
+        }
+        self.commits.append((self.now(), "upsert", row.key, row.data))
+        return generation
+
+    def put(self, row: StoredKey, owner: str, lease: float) -> int:
+        generation = self._stored(row, owner, lease)
+        self.notify(owner, {"k": [row.key]})
+        return generation
+
+    def replace(self, rows: list[StoredKey], owner: str, lease: float) -> list[int]:
+        keep = {row.key for row in rows}
+        for fire in [f for f in self.fires if f[0] not in keep]:
+            del self.fires[fire]
+        gone = [k for k in self.keys if k not in keep]
+        for key in gone:
+            self.floor = max(self.floor, self.keys.pop(key)["generation"])
+            self.commits.append((self.now(), "remove", key, None))
+        generations = [self._stored(row, owner, lease) for row in rows]
+        self.notify(owner, {"all": True})
+        return generations
+
+    def delete(self, key: Hashable, owner: str) -> bool:
+        for fire in [f for f in self.fires if f[0] == key]:
+            del self.fires[fire]
+        row = self.keys.pop(key, None)
+        if row is None:
+            return False
+        self.floor = max(self.floor, row["generation"])
+        self.commits.append((self.now(), "remove", key, None))
+        self.notify(owner, {"k": [key]})
+        return True
+
+    # -- fires (timerwheel_start_fire, finish_fire, save) ---------------------------------------------
+
+    def start_fire(
+        self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool, owner: str, lease: float
+    ) -> int:
+        key = self.keys.get(row.key)
+        if key is None or key["generation"] != row.generation or key["owner"] != owner:
+            return 0
+        ident = (row.key, row.generation, scheduled_for)
+        fire = self.fires.get(ident)
+        if fire is None:
+            fire = self.fires[ident] = {"started_at": started_at, "finished_at": None, "error": None}
+            fire.update(attempts=1, owner=owner)
+        elif fire["finished_at"] is None and (rerun or fire["owner"] == owner):
+            fire["attempts"] += 1 if rerun else 0
+            fire["started_at"], fire["owner"] = started_at, owner
+        else:
+            return 0
+        for other in [f for f, v in self.fires.items() if f[0] == row.key and v["finished_at"] is not None]:
+            if other[2] < scheduled_for:
+                del self.fires[other]
+        key.update(state=row.state, next_run_at=row.next_run_at, last_scheduled_for=scheduled_for)
+        key.update(last_error=row.last_error, lease_until=self.now() + lease)
+        return int(fire["attempts"])
+
+    def finish(
+        self, key: Hashable, generation: int, scheduled_for: int, finished_at: int, error: Any
+    ) -> None:
+        fire = self.fires.get((key, generation, scheduled_for))
+        if fire is not None:
+            fire["finished_at"], fire["error"] = finished_at, error
+
+    def write_row(self, row: StoredKey, owner: str) -> None:
+        key = self.keys.get(row.key)
+        if key is not None and key["generation"] == row.generation and key["owner"] == owner:
+            key.update(state=row.state, next_run_at=row.next_run_at)
+            key.update(last_scheduled_for=row.last_scheduled_for, last_error=row.last_error)
+
+    def release(self, keys: Mapping[Hashable, int], owner: str) -> None:
+        for k, generation in keys.items():
+            row = self.keys.get(k)
+            if row is not None and row["owner"] == owner and row["generation"] == generation:
+                row["owner"] = row["lease_until"] = None
+
+    # -- the keeper's statements ----------------------------------------------------------------------
+
+    def heartbeat(self, owner: str, lease: float) -> tuple[int, int]:
+        now = self.now()
+        self.owners[owner] = now + lease
+        for other in [o for o, until in self.owners.items() if until < now - 86400]:
+            del self.owners[other]
+        live = sum(1 for o, until in self.owners.items() if until > now and o != owner) + 1
+        return live, len(self.keys)
+
+    def renew(self, owner: str, lease: float) -> dict[Hashable, int]:
+        for row in self.keys.values():
+            if row["owner"] == owner:
+                row["lease_until"] = self.now() + lease
+        return self.held_by(owner)
+
+    def claim(self, owner: str, lease: float, limit: int) -> tuple[list[StoredKey], list[StoredFire]]:
+        now = self.now()
+        free = [
+            (k, r)
+            for k, r in self.keys.items()
+            if r["owner"] is None or r["lease_until"] is None or r["lease_until"] < now
+        ]
+        free.sort(key=lambda kr: (kr[1]["next_run_at"] is None, kr[1]["next_run_at"] or 0, repr(kr[0])))
+        rows = []
+        for k, r in free[:limit]:
+            r["owner"], r["lease_until"] = owner, now + lease
+            rows.append(
+                StoredKey(
+                    k,
+                    r["data"],
+                    r["generation"],
+                    r["state"],
+                    r["next_run_at"],
+                    r["last_scheduled_for"],
+                    r["last_error"],
+                )
+            )
+        taken = {row.key for row in rows}
+        fires = [
+            StoredFire(k, g, s, v["attempts"])
+            for (k, g, s), v in sorted(self.fires.items(), key=lambda f: (repr(f[0][0]), f[0][2]))
+            if k in taken and v["finished_at"] is None
+        ]
+        return rows, fires
+
+    def give_back(self, owner: str, keep: Iterable[Hashable] = ()) -> None:
+        kept = set(keep)
+        for k, row in self.keys.items():
+            if row["owner"] == owner and k not in kept:
+                row["owner"] = row["lease_until"] = None
+
+
+class _Writer:
+    """The KeyedScheduler's writer thread, as callbacks on its process's loop: one call at a time, in
+    order; each call's effect happens after its latency, its result reaches the caller after a second
+    one (a process paused in between sees it when it resumes)."""
+
+    def __init__(self, store: SimStore) -> None:
+        self._store = store
+        self._queue: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+        self._busy = False
+        self._stopped = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.append((future, fn, args))
+        self._pump()
+        return future
+
+    def stop(self, wait: bool = True) -> None:
+        self._stopped = True  # (what was submitted is still done, as the thread does)
+
+    def _pump(self) -> None:
+        if self._busy or not self._queue:
+            return
+        self._busy = True
+        future, fn, args = self._queue.pop(0)
+        process = self._store.process
+
+        def call() -> None:
+            error: BaseException | None = None
+            result: Any = None
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                error = exc
+
+            def reply() -> None:
+                if future.set_running_or_notify_cancel():
+                    if error is not None:
+                        future.set_exception(error)
+                    else:
+                        future.set_result(result)
+                self._busy = False
+                self._pump()
+
+            process.loop.call_later(process.latency(), reply)
+
+        process.loop.call_later(process.latency(), call)
+
+
+class SimStore:
+    """A simulated process's PostgresStore over a SimDatabase (the same methods and rules), with its
+    faults taken from the process."""
+
+    durable = True
+    shared = True
+
+    def __init__(self, db: SimDatabase, process: Any, owner_id: str, lease: float) -> None:
+        self.db = db
+        self.process = process
+        self.owner_id = owner_id
+        self.lease = lease
+        self.name = f"simulated shared store ({owner_id})"
+        self._owner: Any = None
+        self._holder: Any = None
+        self._detached = False
+        self._closed = False
+        self._failures = 0
+        self._valid_until = 0.0
+        self._lost_said = False
+        self._listening = True
+
+    def __repr__(self) -> str:
+        return f"SimStore({self.owner_id!r})"
+
+    # -- clocks and where the work runs ---------------------------------------------------------------
+
+    def wall(self) -> float:
+        """The database's clock as this process reads it (its offset measured at every keeper round)."""
+        return float(self.db.now() + self.process.wall_offset)
+
+    def monotonic(self) -> float:
+        """This process's monotonic clock: its loop's."""
+        return float(self.process.loop.time())
+
+    def writer(self, name: str) -> _Writer:
+        """Where the KeyedScheduler's database work runs: on this process's loop."""
+        return _Writer(self)
+
+    def _call(self, what: str, write: bool = True) -> Callable[[], None] | None:
+        """Before a statement: StoreError if the process is cut from the store or a write fails now
+        (before its commit); or, for a write that fails after its commit, the raise to do after it."""
+        if not self.process.alive:
+            raise StoreError(f"the {self.name}: its process was killed")
+        self.process.check_store(self.name, what)
+        if self._closed:
+            raise StoreError(f"the {self.name} is closed")
+        if write and self.process.fail_next_write():
+            if self.process.rng.random() < 0.5:
+                raise StoreError(f"the {self.name} could not {what}: the connection was lost")
+
+            def after() -> None:
+                raise StoreError(f"the {self.name} could not {what}: the connection was lost after commit")
+
+            return after
+        return None
+
+    # -- KeyStore ---------------------------------------------------------------------------------------
+
+    def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
+        return [], []
+
+    def put(self, row: StoredKey) -> int:
+        after = self._call(f"store key {row.key!r}")
+        generation = self.db.put(row, self.owner_id, self.lease)
+        if after is not None:
+            after()
+        return generation
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        after = self._call(f"replace the keys with {len(rows)} key(s)")
+        generations = self.db.replace(rows, self.owner_id, self.lease)
+        if after is not None:
+            after()
+        return generations
+
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
+        finished = list(finished)
+        if not rows and not finished:
+            return
+        after = self._call(f"write the state of {len(rows)} key(s)")
+        for row in rows:
+            self.db.write_row(row, self.owner_id)
+        for fire in finished:
+            self.db.finish(fire.key, fire.generation, fire.scheduled_for, fire.finished_at, fire.error)
+        if after is not None:
+            after()
+
+    def delete(self, key: Hashable) -> bool:
+        after = self._call(f"delete key {key!r}")
+        existed = self.db.delete(key, self.owner_id)
+        if after is not None:
+            after()
+        return existed
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
+        after = self._call(f"take a fire of key {row.key!r}")
+        attempt = self.db.start_fire(row, scheduled_for, started_at, rerun, self.owner_id, self.lease)
+        if after is not None:
+            after()
+        return attempt
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        after = self._call(f"record the end of a run of key {key!r}")
+        self.db.finish(key, generation, scheduled_for, finished_at, error)
+        if row is not None:
+            self.db.write_row(row, self.owner_id)
+        if after is not None:
+            after()
+
+    def release(self, keys: Mapping[Hashable, int]) -> None:
+        if keys:
+            after = self._call(f"give {len(keys)} key(s) back")
+            self.db.release(keys, self.owner_id)
+            if after is not None:
+                after()
+
+    def detach(self, running: list[Hashable]) -> None:
+        self._detached = True
+        try:
+            self._call("give its keys back")
+        except StoreError:
+            return  # (the leases lapse by themselves)
+        self.db.give_back(self.owner_id, running)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._call("give its keys back")
+        except StoreError:
+            pass
+        else:
+            self.db.give_back(self.owner_id)
+            self.db.owners.pop(self.owner_id, None)
+        self._closed = True
+        self._holder = None
+        if self in self.db.stores:
+            self.db.stores.remove(self)
+
+    def held(self) -> int:
+        """How many keys the database says this process holds."""
+        return len(self.db.held_by(self.owner_id))
+
+    # -- sharing: the keeper and the listener, on the process's loop ------------------------------------
+
+    def attach(self, holder: Any) -> None:
+        self._holder = holder
+        self._valid_until = self.monotonic() + self.lease
+        self.db.stores.append(self)
+        self.process.loop.call_soon(self._keep)
+
+    def _keep(self) -> None:
+        if self._closed or self._holder is None:
+            return
+        started = self.monotonic()
+        try:
+            self._call("renew its leases", write=False)
+            self._pass(started, claim=self._failures == 0)
+            self._failures = 0
+            self._lost_said = False
+        except StoreError:
+            self._failures += 1
+            if self.monotonic() >= self._valid_until and not self._lost_said and self._holder is not None:
+                self._lost_said = True
+                self._holder._shared_lost()
+        period = min(0.1, self.lease / 3) if self._failures else self.lease / 3
+        self.process.loop.call_later(period, self._keep)
+
+    def _pass(self, started: float, claim: bool) -> None:
+        holder = self._holder
+        self.process.clock_error()  # (the offset measured again)
+        if self._detached:
+            self.db.renew(self.owner_id, self.lease)
+            return
+        live, total = self.db.heartbeat(self.owner_id, self.lease)
+        stamp = holder._shared_stamp()
+        held = self.db.renew(self.owner_id, self.lease)
+        self._valid_until = started + self.lease
+        holder._shared_reconcile(dict(held), stamp)
+        share = -(-total // live)
+        if len(held) > share:
+            holder._shared_shed(len(held) - share)
+        elif len(held) < share and claim:
+            holder._shared_flush()
+            stamp = holder._shared_stamp()
+            if self._detached:
+                return
+            keys, fires = self.db.claim(self.owner_id, self.lease, min(share - len(held), 10_000))
+            if keys:
+                holder._shared_adopt(keys, fires, stamp)
+
+    def _notified(self, payload: str) -> None:
+        """NOTIFY from the database: heard after a delay, or lost, as the process's faults say."""
+        delay = self.process.notify_delay()
+        if delay is None:
+            return
+        self.process.loop.call_later(delay, self._heard, payload)
+
+    def _heard(self, payload: str | None) -> None:
+        holder = self._holder
+        if holder is None or self._detached or self._closed:
+            return
+        try:
+            self._call("listen", write=False)
+        except StoreError:
+            return  # (a lost connection: what was said is read again when it is back, below)
+        note: dict[str, Any] = json.loads(payload) if payload is not None else {"all": True}
+        if note.get("o") == self.owner_id:
+            return
+        stamp = holder._shared_stamp()
+        if note.get("all"):
+            holder._shared_reconcile(self.db.held_by(self.owner_id), stamp)
+            return
+        changes: dict[Hashable, int | None] = {}
+        removed = set()
+        for k in note.get("k", ()):
+            row = self.db.keys.get(k)
+            if row is None:
+                removed.add(k)
+            changes[k] = row["generation"] if row is not None and row["owner"] == self.owner_id else None
+        holder._shared_changed(changes, stamp, removed)

@@ -1,0 +1,216 @@
+"""The deterministic simulation (timerwheel.testing.simulate): a seed replays exactly, the oracle catches
+the bugs it is there for, the seeds it found stay fixed, and a fixed budget of seeds per store passes.
+
+Each run is a whole cluster on virtual time: no sleeping, no threads, no server."""
+
+from __future__ import annotations
+
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from timerwheel import CatchUp, Reschedule
+from timerwheel.testing import SimulatedCluster, Violation, _simstore
+from timerwheel.testing.simulate import campaign, main, plan, shrink, simulate
+
+STORES = ("memory", "sqlite", "shared")
+# Seeds per store that the suite runs on each backend (about a minute in all, on this project's CI
+# machine); `python -m timerwheel.testing.simulate --soak` runs as many as asked.
+BUDGET = {"memory": 150, "sqlite": 100, "shared": 150}
+
+
+def every_second(now: datetime, key: Any, data: Any) -> datetime:
+    return now.replace(microsecond=0) + timedelta(seconds=1)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_seed_replays_exactly(store: str) -> None:
+    first = simulate(plan(7, store))
+    again = simulate(plan(7, store))
+    other = simulate(plan(8, store))
+    assert first.trace == again.trace and len(first.trace) > 50
+    assert (first.faults, first.checks) == (again.faults, again.checks)
+    assert other.trace != first.trace
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_fixed_budget_of_seeds_breaks_no_invariant(store: str) -> None:
+    out = io.StringIO()
+    done = campaign(range(BUDGET[store]), store, 3, out, shrink_budget=0)
+    assert done.violations == [], out.getvalue()
+    assert done.seeds == BUDGET[store] and done.faults > done.seeds and done.checks > 100 * done.seeds
+    assert done.process_hours > done.seeds / 60  # (each seed simulates a few process-minutes at least)
+
+
+# Seeds that broke an invariant once, each kept with what it found (fixed since).
+FOUND = [
+    (
+        "sqlite",
+        22,
+        "a take whose commit answered an error was never retaken (the fire left unfinished), "
+        "and its rerun in the next life ran the later fires again",
+    ),
+    ("sqlite", 1304, "a replace_all() left a key whose upsert raised after its commit: it came back"),
+    ("sqlite", 1612, "a remove() of a key whose upsert raised after its commit did not reach the file"),
+    ("shared", 20, "BEFORE_RUN: a run's end armed the key again at the fire whose take was on its way"),
+    ("shared", 40, "BEFORE_RUN with a slow store: the same fire taken twice by its own process"),
+    ("shared", 71, "a fire handed over and not begun yet was armed again by the end of the run before it"),
+    ("shared", 72, "a catch-up fire being taken was armed again by the end of the run before it"),
+    ("shared", 248, "a wall clock stepped back between a fire and its start: the run started early"),
+    ("shared", 1831, "a fire left unfinished, later than the row's last fire, was rerun and caught up too"),
+    ("shared", 1854, "an upsert whose first fire was the old generation's fire being taken wedged the key"),
+    ("shared", 1955, "the take of an older generation's fire emptied the newer one's queue: the key stopped"),
+]
+
+
+@pytest.mark.parametrize(("store", "seed", "found"), FOUND, ids=[f"{s}-{n}" for s, n, _ in FOUND])
+def test_a_seed_that_found_a_bug_stays_fixed(store: str, seed: int, found: str) -> None:
+    cluster = simulate(plan(seed, store))
+    assert cluster.violations == [], "\n".join(cluster.trace[-40:])
+
+
+def test_before_run_with_a_slow_store_takes_each_fire_once() -> None:
+    """A run ends while the next fire's take is on its way to a slow shared store: that fire used to be
+    armed again and taken a second time by the same process."""
+    cluster = SimulatedCluster(
+        lambda now, key, data: datetime.fromtimestamp((int(now.timestamp() * 2) + 1) / 2, UTC),
+        lambda key, data: None,
+        processes=1,
+        reschedule=Reschedule.BEFORE_RUN,
+        catch_up=CatchUp.ALL,
+    )
+    with cluster:
+        for key in range(5):
+            cluster.upsert(key, {})
+        cluster.run_for(1.0)
+        cluster.slow(0, 30.0)
+        cluster.run_for(30.0)
+        cluster.quiet()
+        cluster.check()
+        assert len(cluster.runs) > 200
+
+
+# -- the oracle can fail --------------------------------------------------------------------------------
+
+
+def unfenced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a bug in the simulated database: a fire's take no longer checks who holds the key."""
+    real = _simstore.SimDatabase.start_fire
+
+    def start_fire(
+        self: Any, row: Any, scheduled_for: int, started_at: int, rerun: bool, owner: str, lease: float
+    ) -> int:
+        key = self.keys.get(row.key)
+        if key is not None and key["generation"] == row.generation:
+            owner = key["owner"] or owner  # (whoever asks takes it, as if it held the key)
+        return int(real(self, row, scheduled_for, started_at, rerun, owner, lease))
+
+    monkeypatch.setattr(_simstore.SimDatabase, "start_fire", start_fire)
+
+
+def test_a_store_that_takes_a_fire_for_a_process_that_lost_the_key_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    unfenced(monkeypatch)
+    found = [simulate(plan(seed, "shared")).violations for seed in range(30)]
+    assert any(v.invariant in ("at-most-once", "no-overlap") for vs in found for v in vs)
+
+
+def test_a_store_that_loses_a_committed_change_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _simstore.SimDatabase.put
+
+    def loses(self: Any, row: Any, owner: str, lease: float) -> int:
+        generation = real(self, row, owner, lease)
+        self.commits.pop()  # (it says it stored the change, and did not)
+        return generation
+
+    monkeypatch.setattr(_simstore.SimDatabase, "put", loses)
+    found = [simulate(plan(seed, "shared")).violations for seed in range(5)]
+    assert any(v.invariant == "changes-kept" for vs in found for v in vs)
+
+
+def test_a_key_that_stops_running_is_caught() -> None:
+    cluster = SimulatedCluster(every_second, lambda key, data: None, processes=2)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        holder = cluster.holder("a")
+        assert holder is not None
+        holder.keyed._disarm(holder.keyed._keys["a"])  # (a bug: the key's timer is gone)
+        cluster.quiet()
+        assert [v.invariant for v in cluster.violations] == ["progress"]
+        with pytest.raises(Violation, match="key 'a' did not run"):
+            cluster.check()
+
+
+def test_a_run_before_its_time_is_caught() -> None:
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store="memory", processes=1)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(2.0)
+        assert cluster.violations == []
+        run = cluster.runs[-1]
+        run.wall = run.scheduled_for / 1e6 - 0.5  # (as a run that started half a second early)
+        cluster.runs.remove(run)
+        cluster._started(cluster.processes[0], run)
+        assert [v.invariant for v in cluster.violations] == ["no-early-run"]
+
+
+# -- the public API and the command ---------------------------------------------------------------------
+
+
+def test_the_simulated_cluster_runs_a_users_job_through_a_kill() -> None:
+    """The example of the docs: a job, three processes, the holder killed; every fire runs once."""
+    ran: list[tuple[Any, float]] = []
+    cluster = SimulatedCluster(every_second, lambda key, data: ran.append((key, data["n"])), lease=3.0)
+    with cluster:
+        cluster.upsert("report", {"n": 1})
+        cluster.run_for(5.0)
+        cluster.kill(cluster.holder("report"))
+        cluster.run_for(10.0)
+        cluster.check()
+        fires = sorted(run.scheduled_for for run in cluster.runs if run.key == "report")
+        assert len(fires) == len(set(fires)) >= 10
+        new = cluster.holder("report")
+        assert new is not None and new.alive and ran
+
+
+def test_bad_arguments_of_the_cluster() -> None:
+    job = lambda key, data: None  # noqa: E731
+    with pytest.raises(ValueError, match="store must be"):
+        SimulatedCluster(every_second, job, store="redis")
+    with pytest.raises(ValueError, match="processes"):
+        SimulatedCluster(every_second, job, store="sqlite", processes=2)
+    with pytest.raises(ValueError, match="lease"):
+        SimulatedCluster(every_second, job, lease=0)
+
+
+def test_the_command_says_seeds_faults_checks_and_violations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--seeds", "3", "--seed-base", "5", "--store", "memory"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("3 seeds, ") and last.endswith(", 0 violations")
+    assert main(["--seed", "4", "--store", "shared", "--processes", "2"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 seeds, ")
+    assert main(["--soak", "0.5", "--store", "memory", "--seed-base", "100"]) == 0
+    soak, last = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert soak.startswith("soak: ") and "simulated process-hours" in soak and "seeds 100.." in soak
+    assert last.endswith(" 0 violations")
+
+
+def test_a_violation_is_printed_with_its_seed_a_shorter_plan_and_a_trace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unfenced(monkeypatch)
+    seed = next(s for s in range(30) if simulate(plan(s, "shared")).violations)
+    assert main(["--seed", str(seed), "--store", "shared"]) == 1
+    out = capsys.readouterr().out
+    assert f"seed {seed}: [" in out and "the shortest failing plan" in out and "its trace" in out
+    assert out.strip().splitlines()[-1] == "1 seeds, " + out.strip().splitlines()[-1].split("seeds, ")[1]
+    assert out.strip().endswith("1 violations")
+    failing = plan(seed, "shared")
+    invariant = simulate(failing).violations[0].invariant
+    keep = shrink(failing, invariant, budget=60)
+    assert len(keep) <= len(failing.events)
+    assert any(v.invariant == invariant for v in simulate(failing, keep=keep).violations)

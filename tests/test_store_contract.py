@@ -1,0 +1,428 @@
+"""The store contract: what a store must guarantee to the KeyedScheduler, written once against the store
+protocol and run on every store: MemoryStore, SQLiteStore, PostgresStore (a real server, started by the
+tests) and the simulated shared store of timerwheel.testing.simulate (so that the simulation is held to
+the same rules as the real one).
+
+A new store is correct when it passes this suite. The guarantees:
+
+- put(), replace() and delete() are committed when they return: a store opened after a crash has them
+  (durable stores);
+- a key's generation never goes back, across delete() and replace() too;
+- a fire (key, generation, scheduled_for) is taken at most once: a second take is refused, except the
+  take again of an unfinished fire by its own taker (an answer that was lost) at the same attempt, and
+  the rerun of an unfinished fire, which counts one more attempt;
+- the fires started and not finished are given back to the next holder (load(), or a claim);
+- shared stores: a take, a completion and a save are fenced by the holder and the generation; a holder
+  whose lease lapsed loses its keys to a claim, with their unfinished fires;
+- bad input is refused with an error naming it, and leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timerwheel import MemoryStore, SQLiteStore, StoreError
+from timerwheel._store import FinishedFire, StoredFire, StoredKey
+
+US = 1_000_000
+T = 1_800_000_000 * US  # a time in the fires' unit (microseconds since the epoch)
+
+
+def row(
+    key: Any, generation: int = 1, data: str = '{"n":1}', state: str = "pending", at: int | None = T
+) -> StoredKey:
+    return StoredKey(key, data, generation, state, at, None, None)
+
+
+class Holder:
+    """What a shared store calls back (KeyedScheduler's side of the protocol): it records the keys it
+    was given, and what it was told."""
+
+    def __init__(self) -> None:
+        self.adopted: list[StoredKey] = []
+        self.fires: list[StoredFire] = []
+        self.reconciled: list[dict[Any, int]] = []
+
+    def _shared_stamp(self) -> int:
+        return 0
+
+    def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
+        self.adopted += rows
+        self.fires += fires
+
+    def _shared_reconcile(self, held: dict[Any, int], stamp: int) -> None:
+        self.reconciled.append(held)
+
+    def _shared_shed(self, count: int) -> None:
+        pass
+
+    def _shared_flush(self) -> None:
+        pass
+
+    def _shared_changed(self, changes: Any, stamp: int, removed: Any) -> None:
+        pass
+
+    def _shared_lost(self) -> None:
+        pass
+
+
+class Backend:
+    """One store under the contract: how to open one (a process), crash it and open the next."""
+
+    name = ""
+    durable = True
+    shared = False
+
+    def open(self) -> Any:
+        raise NotImplementedError
+
+    def crash_and_reopen(self, store: Any) -> Any:
+        """The process dies (nothing more of it is written) and a new one opens the store."""
+        raise NotImplementedError
+
+    def keys(self, store: Any) -> dict[Any, StoredKey]:
+        """Every key as the store has it (what the next holder would find)."""
+        raise NotImplementedError
+
+    def unfinished(self, store: Any) -> list[StoredFire]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Memory(Backend):
+    name = "memory"
+    durable = False
+
+    def open(self) -> Any:
+        return MemoryStore()
+
+
+class SQLite(Backend):
+    name = "sqlite"
+
+    def __init__(self, tmp: Path) -> None:
+        self.path = str(tmp / "keys.db")
+        self.lives = 0
+
+    def open(self) -> Any:
+        return SQLiteStore(self.path)
+
+    def crash_and_reopen(self, store: Any) -> Any:
+        self.lives += 1
+        copy = f"{self.path}.life{self.lives}"
+        for suffix in ("", "-wal"):  # (the files as a SIGKILL leaves them)
+            if os.path.exists(self.path + suffix):
+                shutil.copyfile(self.path + suffix, copy + suffix)
+        store.close()
+        self.path = copy
+        return SQLiteStore(copy)
+
+    def keys(self, store: Any) -> dict[Any, StoredKey]:
+        return {r.key: r for r in store.load()[0]}
+
+    def unfinished(self, store: Any) -> list[StoredFire]:
+        return list(store.load()[1])
+
+
+class Shared(Backend):
+    """A shared store: each open() is another process; crash = its leases lapse at once."""
+
+    shared = True
+
+    def keys(self, store: Any) -> dict[Any, StoredKey]:
+        return {r.key: r for r in self.claim_all(self.open())[0]}
+
+    def unfinished(self, store: Any) -> list[StoredFire]:
+        return self.claim_all(self.open())[1]
+
+    def claim_all(self, store: Any) -> tuple[list[StoredKey], list[StoredFire]]:
+        for other in self.stores:
+            if other is not store:
+                self.lapse(other)
+        holder = Holder()
+        self.claim(store, holder)
+        return holder.adopted, holder.fires
+
+    def crash_and_reopen(self, store: Any) -> Any:
+        self.lapse(store)
+        return self.open()
+
+
+class Postgres(Shared):
+    name = "postgres"
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.stores: list[Any] = []
+
+    def open(self) -> Any:
+        from timerwheel import PostgresStore
+
+        store = PostgresStore(self.dsn, lease=30.0)
+        self.stores.append(store)
+        return store
+
+    def lapse(self, store: Any) -> None:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE timerwheel_keys SET lease_until = now() - interval '1 second' WHERE owner = %s",
+                (store.owner_id,),
+            )
+            conn.execute(
+                "UPDATE timerwheel_owners SET lease_until = now() - interval '1 second' WHERE id = %s",
+                (store.owner_id,),
+            )
+
+    def claim(self, store: Any, holder: Holder) -> None:
+        import time
+
+        store._holder = holder
+        with store._main.lock:
+            store._pass(store._main.get(), time.monotonic())
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+class Simulated(Shared):
+    name = "simulated"
+
+    def __init__(self) -> None:
+        from timerwheel.testing import VirtualTimeLoop
+        from timerwheel.testing._simstore import SimDatabase
+
+        self.now = 0.0
+        self.db = SimDatabase(lambda: 1_800_000_000.0 + self.now)
+        self.loop = VirtualTimeLoop()
+        self.stores: list[Any] = []
+
+    def open(self) -> Any:
+        from timerwheel.testing._simstore import SimStore
+
+        store = SimStore(self.db, _Calm(self.loop), f"p{len(self.stores)}", lease=30.0)
+        self.stores.append(store)
+        return store
+
+    def lapse(self, store: Any) -> None:
+        for r in self.db.keys.values():
+            if r["owner"] == store.owner_id:
+                r["lease_until"] = self.db.now() - 1.0
+        if store.owner_id in self.db.owners:
+            self.db.owners[store.owner_id] = self.db.now() - 1.0
+
+    def claim(self, store: Any, holder: Holder) -> None:
+        store._holder = holder
+        store._pass(store.monotonic(), claim=True)
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+class _Calm:
+    """A simulated process without faults (for the simulated store outside a cluster)."""
+
+    alive = True
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.wall_offset = 0.0
+
+    def check_store(self, name: str, what: str) -> None:
+        pass
+
+    def fail_next_write(self) -> bool:
+        return False
+
+    def clock_error(self) -> float:
+        return 0.0
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "simulated"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    made: Backend
+    if request.param == "memory":
+        made = Memory()
+    elif request.param == "sqlite":
+        made = SQLite(tmp_path)
+    elif request.param == "postgres":
+        pytest.importorskip("psycopg")
+        made = Postgres(request.getfixturevalue("pg_dsn"))
+    else:
+        made = Simulated()
+    yield made
+    made.close()
+
+
+def durable(backend: Backend) -> None:
+    if not backend.durable:
+        pytest.skip(f"the {backend.name} store keeps nothing: the KeyedScheduler's memory is all there is")
+
+
+def shared(backend: Backend) -> None:
+    if not backend.shared:
+        pytest.skip(f"the {backend.name} store has one process: nothing to fence between holders")
+
+
+# -- what is committed stays ----------------------------------------------------------------------------
+
+
+def test_a_change_that_returned_is_there_after_a_crash(backend: Backend) -> None:
+    durable(backend)
+    store = backend.open()
+    g1 = store.put(row("a", data='{"v":1}'))
+    store.put(row("b"))
+    (g2,) = store.replace([row("a", g1, data='{"v":2}')], ["b"])  # (b removed)
+    assert store.delete("gone") is False
+    store = backend.crash_and_reopen(store)
+    keys = backend.keys(store)
+    assert set(keys) == {"a"} and keys["a"].data == '{"v":2}' and keys["a"].generation == g2 >= g1
+
+
+def test_a_generation_never_goes_back(backend: Backend) -> None:
+    durable(backend)
+    store = backend.open()
+    g1 = store.put(row("a", 1))
+    g2 = store.put(row("a", g1 + 1))
+    assert g2 > g1
+    assert store.delete("a") is True
+    g3 = store.put(row("a", 1))  # (stored anew after a delete: above the one deleted)
+    assert g3 > g2
+    (g4,) = store.replace([row("b", 1)], ["a"])
+    (g5,) = store.replace([row("a", 1)], ["b"])  # (a was removed by the replace before: above g3)
+    assert g5 > g3 and g4 >= 1
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["a"].generation == g5
+    if backend.shared:  # (a process that does not know the latest generation: the store goes above it)
+        assert store.put(row("a", 1)) > g5
+    else:  # (the one owner knows it, and asks for the next one, as the KeyedScheduler does)
+        assert store.put(row("a", g5 + 1)) == g5 + 1
+
+
+# -- a fire is taken once -----------------------------------------------------------------------------
+
+
+def test_a_fire_is_taken_at_most_once(backend: Backend) -> None:
+    store = backend.open()
+    g = store.put(row("a"))
+    running = row("a", g, state="running", at=None)
+    assert store.start_fire(running, T, T, False) == 1
+    if backend.durable:
+        # (its own unfinished fire taken again: the same take, whose answer was lost; same attempt)
+        assert store.start_fire(running, T, T + 1, False) == 1
+    store.finish_fire(row("a", g, at=T + US), "a", g, T, T + 2, None)
+    if backend.durable:
+        assert store.start_fire(running, T, T + 3, False) == 0  # finished: never again
+        assert store.start_fire(running, T, T + 3, True) == 0  # (nor as a rerun)
+    assert store.start_fire(running, T + US, T + US, False) == 1  # the next fire
+
+
+def test_a_rerun_of_an_unfinished_fire_counts_one_more_attempt(backend: Backend) -> None:
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    assert store.start_fire(row("a", g, state="running", at=None), T, T, False) == 1
+    store = backend.crash_and_reopen(store)
+    assert backend.unfinished(store) == [StoredFire("a", g, T, 1)]
+    if backend.shared:  # (the next holder claims the key first)
+        backend.claim_all(store)  # type: ignore[attr-defined]
+    assert store.start_fire(row("a", g, state="running", at=None), T, T + 5, True) == 2
+    store.finish_fire(row("a", g, at=T + US), "a", g, T, T + 6, None)
+    store = backend.crash_and_reopen(store)
+    assert backend.unfinished(store) == []
+
+
+def test_save_marks_fires_finished_and_writes_rows(backend: Backend) -> None:
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    store.start_fire(row("a", g, state="running", at=None), T, T, False)
+    store.save([row("a", g, state="pending", at=T + 7 * US)], [FinishedFire("a", g, T, T + 1, "abandoned")])
+    store = backend.crash_and_reopen(store)
+    assert backend.unfinished(store) == []
+    assert backend.keys(store)["a"].next_run_at == T + 7 * US
+
+
+# -- shared stores: fenced by holder and generation -------------------------------------------------------
+
+
+def test_a_process_that_does_not_hold_a_key_cannot_take_its_fires(backend: Backend) -> None:
+    shared(backend)
+    a, b = backend.open(), backend.open()
+    g = a.put(row("k"))
+    running = row("k", g, state="running", at=None)
+    assert b.start_fire(running, T, T, False) == 0  # held by a
+    assert b.start_fire(running, T, T, True) == 0
+    b.put(row("k", g))  # b's upsert: a newer generation, held by b
+    assert a.start_fire(running, T, T, False) == 0  # a's generation is stale
+
+
+def test_a_lapsed_holders_keys_go_to_a_claim_with_their_unfinished_fires(backend: Backend) -> None:
+    shared(backend)
+    a = backend.open()
+    g = a.put(row("k"))
+    assert a.start_fire(row("k", g, state="running", at=None), T, T, False) == 1
+    backend.lapse(a)  # type: ignore[attr-defined]  # (a paused past its lease)
+    b = backend.open()
+    holder = Holder()
+    backend.claim(b, holder)  # type: ignore[attr-defined]
+    assert [r.key for r in holder.adopted] == ["k"] and holder.fires == [StoredFire("k", g, T, 1)]
+    # the old holder, back: its take, its end and its save are refused; its release changes nothing
+    assert a.start_fire(row("k", g, state="running", at=None), T + US, T + US, False) == 0
+    a.finish_fire(row("k", g, state="pending", at=T + 99 * US), "k", g, T + US, T + 2 * US, None)
+    a.save([row("k", g, state="disabled", at=None)])
+    a.release({"k": g})
+    assert b.start_fire(row("k", g, state="running", at=None), T, T + 3 * US, True) == 2
+    fresh = backend.keys(b)["k"]
+    assert fresh.state == "running" and fresh.next_run_at is None
+
+
+def test_a_release_at_a_stale_generation_keeps_the_newer_one_held(backend: Backend) -> None:
+    shared(backend)
+    a = backend.open()
+    g1 = a.put(row("k"))
+    g2 = a.put(row("k", g1 + 1))
+    a.release({"k": g1})
+    assert a.start_fire(row("k", g2, state="running", at=None), T, T, False) == 1  # still held by a
+
+
+# -- bad input changes nothing ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", [1.5, ("a", 1), None])
+def test_a_key_the_store_cannot_keep_is_refused_and_nothing_is_written(backend: Backend, key: Any) -> None:
+    durable(backend)
+    if backend.name == "simulated":
+        pytest.skip("the simulated store keeps any key the KeyedScheduler gives it (its own keys are ints)")
+    store = backend.open()
+    store.put(row("a"))
+    with pytest.raises((TypeError, ValueError), match="key"):
+        store.put(row(key))
+    with pytest.raises((TypeError, ValueError), match="key"):
+        store.replace([row("b"), row(key)], ["a"])
+    store = backend.crash_and_reopen(store)
+    assert set(backend.keys(store)) == {"a"}
+
+
+def test_a_store_that_is_closed_refuses_work(backend: Backend) -> None:
+    durable(backend)
+    store = backend.open()
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.put(row("a"))
+
+
+def test_the_stores_say_what_they_are(backend: Backend) -> None:
+    store = backend.open()
+    assert isinstance(store.name, str) and store.name
+    assert store.durable is backend.durable and store.shared is backend.shared
