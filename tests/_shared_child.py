@@ -8,7 +8,8 @@ its own), which journals every run it starts and finishes until it is stopped (S
 Journal lines (one os.write each, to a file opened O_APPEND: a SIGKILL cannot lose a line that write()
 returned):
     R name pid                       started: holds keys from now on
-    S key scheduled_us name wall_us  a run starts (after its fire was taken in the database)
+    S key scheduled_us name wall_us attempt
+                                     a run starts (after its fire was taken in the database)
     F key scheduled_us name wall_us  a run ends (before its finish is committed)
     M key first_us last_us count     on_missed: fires not run (with CATCH_UP=once in the environment:
                                      CatchUp.ONCE; CatchUp.ALL otherwise)
@@ -72,6 +73,7 @@ class Journal:
 
     def __init__(self, path: Path) -> None:
         self.starts: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
+        self.attempts: dict[tuple[str, int], list[int]] = collections.defaultdict(list)  # (ctx.fence)
         self.finished: dict[tuple[str, int], int] = {}
         self.late: list[float] = []
         self.late_of: dict[tuple[str, int], float] = {}  # the lateness of a fire's first start, in s
@@ -84,6 +86,7 @@ class Journal:
             elif f and f[0] == "S":
                 fire = (f[1], int(f[2]))
                 self.starts[fire].append(f[3])
+                self.attempts[fire].append(int(f[5]) if len(f) > 5 else 1)
                 self.late.append((int(f[4]) - int(f[2])) / 1e6)
                 self.late_of.setdefault(fire, self.late[-1])
                 self.started_at[fire] = int(f[4])
@@ -91,11 +94,16 @@ class Journal:
                 self.finished[(f[1], int(f[2]))] = max(self.finished.get((f[1], int(f[2])), 0), int(f[4]))
 
     def check(self, killed: set[str], period: float = 0.5) -> dict[str, Any]:
-        """Every fire ran once (a fire started by a killed life may run once more: RERUN); and no fire
-        was lost: each key's next fire is the next point of its grid after the previous one, or after
-        the previous one's finish when it finished that late."""
+        """Every fire ran once (a fire started by a killed life may run once more: RERUN, with a higher
+        attempt, the simulation's at-most-once rule); and no fire was lost: each key's next fire is the
+        next point of its grid after the previous one, or after the previous one's finish when it
+        finished that late."""
         twice = {k: v for k, v in self.starts.items() if len(v) > 1}
-        wrong = {k: v for k, v in twice.items() if not set(v[:-1]) <= killed}
+        wrong = {
+            k: v
+            for k, v in twice.items()
+            if not set(v[:-1]) <= killed or any(a >= b for a, b in itertools.pairwise(self.attempts[k]))
+        }
         per_key: dict[str, list[int]] = collections.defaultdict(list)
         for key, at in self.starts:
             per_key[key].append(at)
@@ -145,7 +153,7 @@ def main() -> None:
 
     def run(ctx: Any, key: str, data: Any) -> None:
         at = round(ctx.scheduled_for * 1_000_000)
-        log(f"S {key} {at} {name} {round(store.wall() * 1_000_000)}")
+        log(f"S {key} {at} {name} {round(store.wall() * 1_000_000)} {ctx.fence.attempt}")
         log(f"F {key} {at} {name} {round(store.wall() * 1_000_000)}")
 
     stop = threading.Event()
