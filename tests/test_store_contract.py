@@ -327,6 +327,20 @@ def test_a_fire_is_taken_at_most_once(backend: Backend) -> None:
     assert store.start_fire(running, T + US, T + US, False) == 1  # the next fire
 
 
+def test_a_new_fire_before_a_later_one_of_its_generation_is_refused(backend: Backend) -> None:
+    """A process that held a key, lost it and holds it again may ask for a fire its old plan had: a later
+    fire of that generation started meanwhile, so that one ran (or was decided about) already."""
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    running = row("a", g, state="running", at=None)
+    assert store.start_fire(running, T + 5 * US, T + 5 * US, False) == 1
+    store.finish_fire(row("a", g, at=T + 6 * US), "a", g, T + 5 * US, T + 5 * US, None)
+    assert store.start_fire(running, T + 2 * US, T + 7 * US, False) == 0  # (stale: before 5)
+    g2 = store.put(row("a", g + 1))  # a newer generation starts its own fires afresh
+    assert store.start_fire(row("a", g2, state="running", at=None), T + 2 * US, T + 8 * US, False) == 1
+
+
 def test_a_rerun_of_an_unfinished_fire_counts_one_more_attempt(backend: Backend) -> None:
     durable(backend)
     store = backend.open()

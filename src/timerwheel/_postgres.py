@@ -52,7 +52,7 @@ __all__ = ["PostgresStore"]
 
 logger = logging.getLogger("timerwheel")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # (3: timerwheel_start_fire refuses a new fire before a later one of its generation)
 CHANNEL = "timerwheel"
 _LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 _REPLACE_ID = _LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -110,6 +110,15 @@ _SCHEMA = [
         PERFORM 1 FROM timerwheel_keys
             WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
         IF NOT FOUND THEN
+            RETURN 0;
+        END IF;
+        -- A new fire at or before a later one of its generation in the log is a stale one (a process
+        -- that held the key before, and holds it again, asking for a fire its plan had before it lost
+        -- the key): the later one started, so this one ran, or was decided about, already.
+        IF NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
+                AND scheduled_for = p_scheduled_for)
+            AND EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
+                AND scheduled_for > p_scheduled_for) THEN
             RETURN 0;
         END IF;
         INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)

@@ -109,9 +109,10 @@ class KeyStore(Protocol):
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Record the fire (row.key, row.generation, scheduled_for) as started and write the key's row, in
         one transaction. Returns the attempt it is (1; a rerun of an unfinished fire counts one more
-        attempt of it), or 0 (nothing written) if that fire was taken already. The same take again of an
-        unfinished fire by its taker (its answer was lost: an error raised after the commit) takes it, at
-        the same attempt."""
+        attempt of it), or 0 (nothing written) if that fire was taken already, or if a later fire of its
+        generation was (a stale fire: it ran, or was decided about). The same take again of an unfinished
+        fire by its taker (its answer was lost: an error raised after the commit) takes it, at the same
+        attempt."""
         ...
 
     def finish_fire(
@@ -796,11 +797,15 @@ class SQLiteStore:
                 # A fire new to the log, or an unfinished one: the same take again, after a commit whose
                 # answer was lost (an error raised after it). The file has one owner, and a fire it
                 # found unfinished at start is rerun (rerun=True) or marked finished, never taken anew.
+                # A new fire before a later one of its generation is refused (see PostgresStore's).
                 taken = db.execute(
                     "INSERT INTO timerwheel_fires (key, generation, scheduled_for, started_at) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (key, generation, scheduled_for) DO UPDATE "
+                    "SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = ? "
+                    "AND generation = ? AND scheduled_for > ?) OR EXISTS (SELECT 1 FROM timerwheel_fires "
+                    "WHERE key = ? AND generation = ? AND scheduled_for = ?) "
+                    "ON CONFLICT (key, generation, scheduled_for) DO UPDATE "
                     "SET started_at = excluded.started_at WHERE finished_at IS NULL",
-                    (*fire, started_at),
+                    (*fire, started_at, *fire, *fire),
                 ).rowcount
             if taken:
                 (attempt,) = db.execute(

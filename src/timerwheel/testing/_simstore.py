@@ -109,6 +109,10 @@ class SimDatabase:
             return 0
         ident = (row.key, row.generation, scheduled_for)
         fire = self.fires.get(ident)
+        if fire is None and any(
+            k == row.key and g == row.generation and s > scheduled_for for k, g, s in self.fires
+        ):
+            return 0  # (a stale fire: a later one of its generation started)
         if fire is None:
             fire = self.fires[ident] = {"started_at": started_at, "finished_at": None, "error": None}
             fire.update(attempts=1, owner=owner)

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import heapq
 import inspect
 import logging
 import math
@@ -189,12 +190,12 @@ class Process:
         if self.paused():
             return self.paused_until
         loop: Any = self.loop
-        if loop._ready:
-            return self.cluster.now
-        scheduled = loop._scheduled
-        while scheduled and scheduled[0].cancelled():
-            import heapq
+        return self.cluster.now if loop._ready else self._first_timer()
 
+    def _first_timer(self) -> float:
+        """The simulated time of the loop's earliest live timer (inf: none)."""
+        scheduled = self.loop._scheduled  # type: ignore[attr-defined]
+        while scheduled and scheduled[0].cancelled():
             heapq.heappop(scheduled)
         if not scheduled:
             return math.inf
@@ -206,9 +207,8 @@ class Process:
             return
         loop: Any = self.loop
         local = self.local(self.cluster.now)
-        scheduled = loop._scheduled
-        if scheduled and self.next_time() <= self.cluster.now:  # (exactly at it: the two conversions
-            local = max(local, scheduled[0].when())  # between the clocks may round apart)
+        if self._first_timer() <= self.cluster.now:  # (a timer due now: exactly at it, the two
+            local = max(local, loop._scheduled[0].when())  # conversions between the clocks may round apart)
         if local > loop._virtual.now:
             loop._virtual.now = local
         for _ in range(100_000):
@@ -504,15 +504,11 @@ class SimulatedCluster:
 
     def at(self, t: float, action: Callable[[], Any]) -> None:
         """Do `action()` at simulated time t."""
-        import heapq
-
         self._seq += 1
         heapq.heappush(self._events, (t, self._seq, action))
 
     def run_for(self, seconds: float) -> None:
         """Let `seconds` of simulated time pass: every process runs what comes due, in time order."""
-        import heapq
-
         end = self.now + seconds
         while True:
             t = min([p.next_time() for p in self.processes] + [self._events[0][0] if self._events else end])
@@ -798,15 +794,16 @@ class SimulatedCluster:
                     )
         keyed_keys = {k: (p, info) for p in live for k, info in p.keyed.snapshot().items()}
         for k, (p, info) in keyed_keys.items():
+            wall = p.keyed._wall()  # (the process's wall clock: the one its keys' next runs are on)
             if info.next_run_at is None and not info.running:
                 continue  # (disabled, or invalid: nothing to run)
             if info.running and any(
                 r.key == k and r.ended is None and r.process == p.name for r in self.runs
             ):
                 continue  # (a run of it goes: a long one, or one that never returns, is the job's own)
-            if info.next_run_at is not None and info.next_run_at.timestamp() > self.epoch + self.now - 1.0:
+            if info.next_run_at is not None and info.next_run_at.timestamp() > wall - 1.0:
                 recent = [r for r in self.runs if r.key == k and r.started >= since]
-                if recent or info.next_run_at.timestamp() > self.epoch + since + 60.0:
+                if recent or info.next_run_at.timestamp() > wall - (self.now - since) + 60.0:
                     continue
             if not any(r.key == k and r.started >= since for r in self.runs):
                 self._violate(
