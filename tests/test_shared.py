@@ -859,6 +859,71 @@ def test_a_server_paused_past_the_lease_loses_no_fire(
         server.stop()
 
 
+def test_a_key_upserted_during_a_keeper_round_is_not_given_back_by_it(dsn: str) -> None:
+    """A keeper round that counted the keys before an upsert's commit, and read what this process holds
+    after it, found the process over its share and gave the new key away: its first fire was refused
+    here, and it ran only after the lease, in another process. A key stored here since the round began
+    is not given back by that round."""
+    store = PostgresStore(dsn, lease=30.0)
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        stamp = keyed._shared_stamp()  # (the round begins: it counts no key)
+        keyed.upsert("k")  # (committed before the round reads what this process holds: one key)
+        keyed._shared_shed(1, stamp)
+        applied = threading.Event()
+        keyed._post(applied.set)  # (posted work is applied in order: the shed's is done by then)
+        assert applied.wait(10)
+        assert keyed.get("k") is not None
+        assert sql(dsn, "SELECT owner FROM timerwheel_keys WHERE key = %s", '"k"') == [(store.owner_id,)]
+    finally:
+        keyed.close()
+
+
+@pytest.mark.realtime  # real threads and a fire 50 ms after the upsert; a bound of 10 s
+def test_a_key_committed_and_not_yet_applied_is_not_given_back_as_held_elsewhere(dsn: str) -> None:
+    """A keeper round that read what this process holds between an upsert's commit and the moment it
+    is applied here found a key held there and not here, and gave it back: the key's first fire was then
+    refused here ("held elsewhere") and skipped, and the fire ran nowhere while the key stayed in memory.
+    A key whose change is on its way is not decided about by what the database said meanwhile."""
+    store = PostgresStore(dsn, lease=30.0)
+    committed, go_on = threading.Event(), threading.Event()
+    put = store.put
+
+    def slow_put(row: Any) -> int:
+        generation = put(row)
+        committed.set()
+        go_on.wait(10)  # (committed; its answer on its way)
+        return generation
+
+    store.put = slow_put  # type: ignore[method-assign]
+    fires: list[float] = []
+    keyed = KeyedScheduler(
+        ThreadedScheduler(wall_clock=store.wall, workers=2),
+        lambda now, key, data: now + timedelta(seconds=0.05) if not fires else None,
+        lambda ctx, key, data: fires.append(ctx.scheduled_for),
+        context=True,
+        store=store,
+    )
+    keyed.start()
+    try:
+        upsert = threading.Thread(target=keyed.upsert, args=("k",))
+        upsert.start()
+        assert committed.wait(10)
+        stamp = keyed._shared_stamp()  # (a keeper round begins now, and reads the key held here)
+        keyed._shared_reconcile({"k": 1}, stamp)
+        applied = threading.Event()
+        keyed._post(applied.set)
+        assert applied.wait(10)
+        assert sql(dsn, "SELECT owner FROM timerwheel_keys WHERE key = %s", '"k"') == [(store.owner_id,)]
+        go_on.set()
+        upsert.join(10)
+        wait_for(lambda: bool(fires), 10.0, "the key's first fire runs here")
+    finally:
+        go_on.set()
+        keyed.close()
+
+
 @pytest.mark.realtime  # real leases and threads; bounds of several lease periods
 def test_a_fire_taken_as_the_keyed_scheduler_closes_is_run_by_the_next_holder(dsn: str) -> None:
     """close() while a fire's take was on its way: the fire used to be recorded as finished ("superseded

@@ -48,6 +48,7 @@ class Holder:
         self.adopted: list[StoredKey] = []
         self.fires: list[StoredFire] = []
         self.reconciled: list[dict[Any, int]] = []
+        self.shed: list[int] = []
 
     def _shared_stamp(self) -> int:
         return 0
@@ -59,8 +60,8 @@ class Holder:
     def _shared_reconcile(self, held: dict[Any, int], stamp: int) -> None:
         self.reconciled.append(held)
 
-    def _shared_shed(self, count: int) -> None:
-        pass
+    def _shared_shed(self, count: int, stamp: int) -> None:
+        self.shed.append(count)
 
     def _shared_flush(self) -> None:
         pass
@@ -187,8 +188,11 @@ class Postgres(Shared):
         import time
 
         store._holder = holder
-        with store._main.lock:
-            store._pass(store._main.get(), time.monotonic())
+        conn = store._connect()  # (the keeper's connection of its own)
+        try:
+            store._pass(conn, time.monotonic())
+        finally:
+            conn.close()
 
     def close(self) -> None:
         for store in self.stores:
@@ -399,6 +403,25 @@ def test_a_lapsed_holders_keys_go_to_a_claim_with_their_unfinished_fires(backend
     assert b.start_fire(row("k", g, state="running", at=None), T, T + 3 * US, True) == 2
     fresh = backend.keys(b)["k"]
     assert fresh.state == "running" and fresh.next_run_at is None
+
+
+def test_a_key_stored_as_a_keeper_round_begins_is_not_given_back_by_it(backend: Backend) -> None:
+    """A key the holder stores while the keeper's round runs: the round's count of keys must include it,
+    or the round finds the holder over its share and gives the new key straight to another process (its
+    first fire, taken meanwhile, was refused, and ran only after the lease, elsewhere)."""
+    shared(backend)
+    a = backend.open()
+
+    class Storing(Holder):
+        def _shared_stamp(self) -> int:  # (the holder's stamp, read as the round begins: an upsert lands)
+            if not self.adopted and not self.reconciled:
+                a.put(row("k"))
+            return 0
+
+    holder = Storing()
+    backend.claim(a, holder)  # type: ignore[attr-defined]
+    assert holder.reconciled and "k" in holder.reconciled[-1]
+    assert holder.shed == []
 
 
 def test_a_release_at_a_stale_generation_keeps_the_newer_one_held(backend: Backend) -> None:

@@ -1941,6 +1941,11 @@ class KeyedScheduler:
         """The stamp now (read by the store before it asks the database)."""
         return self._stamp
 
+    def _fresh(self, key: Hashable, stamp: int) -> bool:
+        """Whether this process changed `key` since `stamp`, or is committing a change of it now: what the
+        database said as of `stamp` does not decide about it."""
+        return self._stamps.get(key, 0) > stamp or key in self._inflight
+
     def _post(self, work: Callable[[], None], when_closed: Callable[[], None] | None = None) -> None:
         """Run `work` where the keys may be touched, from a store's thread (`when_closed` instead, if the
         KeyedScheduler is closed by then)."""
@@ -2064,11 +2069,13 @@ class KeyedScheduler:
             stamps = self._stamps
             for key in [k for k, at in stamps.items() if at <= stamp and k not in self._keys]:
                 del stamps[key]  # (tombstones older than this round: no earlier claim is pending now)
-            for key in [k for k, rec in self._keys.items() if stamps.get(k, 0) <= stamp]:
+            for key in [k for k in self._keys if not self._fresh(k, stamp)]:
                 if held.get(key) != self._keys[key].generation:
                     logger.warning("timerwheel: key %r was taken over by another process", key)
                     self._forget(key, cancel=False)
-            orphans = [k for k in held if k not in self._keys]
+            # (a key whose change this process is committing, or committed and has not applied yet, is
+            # held there and not yet here: it is not given back)
+            orphans = [k for k in held if k not in self._keys and not self._fresh(k, stamp)]
             if orphans:
                 self._release({k: held[k] for k in orphans})
 
@@ -2095,20 +2102,26 @@ class KeyedScheduler:
         key's unfinished fire would otherwise be run again)."""
         self._write(self._record_unrecorded)
 
-    def _shared_shed(self, count: int) -> None:
-        """This process holds `count` keys more than its share: give back that many of those not running,
-        the latest due first."""
+    def _shared_shed(self, count: int, stamp: int) -> None:
+        """This process holds `count` keys more than its share, as counted from `stamp` on: give back that
+        many of those not running, the latest due first. A key changed here since `stamp` (see _fresh) is
+        not given back, and is taken off the count (the store may have counted the keys before its
+        commit): an upsert is not handed to another process by the keeper's round that it overlapped."""
 
         def work() -> None:
             with self._unrecorded_lock:
                 pending = {f.key for f in self._unrecorded}  # (their ends are not in the database yet)
+            recent = sum(1 for key in self._keys.keys() | self._inflight.keys() if self._fresh(key, stamp))
             idle = [
                 rec
                 for rec in self._keys.values()
-                if not rec.running and not rec.catch_up and rec.key not in pending
+                if not rec.running
+                and not rec.catch_up
+                and rec.key not in pending
+                and not self._fresh(rec.key, stamp)
             ]
             idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
-            keys = {rec.key: rec.generation for rec in idle[:count]}
+            keys = {rec.key: rec.generation for rec in idle[: max(0, count - recent)]}
             for key in keys:
                 self._forget(key, cancel=False)
             self._release(keys)

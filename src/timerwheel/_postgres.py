@@ -724,6 +724,9 @@ class PostgresStore:
                 (self.lease, self.owner_id),
             )
             return
+        # (the stamp before the count: a key this process stores after it may be missing from the count,
+        # and the shed leaves it alone)
+        stamp = holder._shared_stamp()
         live, total = conn.execute(
             "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
             "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
@@ -732,7 +735,6 @@ class PostgresStore:
             "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys)",
             (self.owner_id, self.lease, self.owner_id),
         ).fetchone()
-        stamp = holder._shared_stamp()
         # Renewed without waiting for a row another session holds locked (an operator's open transaction):
         # that key is renewed at a later round; what is held is read, not locked (a plain read waits for
         # no lock), so that a locked row is not taken for a key lost.
@@ -747,7 +749,7 @@ class PostgresStore:
         holder._shared_reconcile(dict(self._readable(held, _held_row, "timerwheel_keys")[0]), stamp)
         share = -(-total // live)
         if len(held) > share:
-            holder._shared_shed(len(held) - share)
+            holder._shared_shed(len(held) - share, stamp)
         elif len(held) < share and claim:
             holder._shared_flush()  # (ends of runs not recorded yet: recorded before any claim)
             stamp = holder._shared_stamp()

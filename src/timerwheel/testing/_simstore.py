@@ -432,14 +432,14 @@ class SimStore:
         if self._detached:
             self.db.renew(self.owner_id, self.lease)
             return
+        stamp = holder._shared_stamp()  # (before the count, as PostgresStore)
         live, total = self.db.heartbeat(self.owner_id, self.lease)
-        stamp = holder._shared_stamp()
         held = self.db.renew(self.owner_id, self.lease)
         self._valid_until = started + self.lease
         holder._shared_reconcile(dict(held), stamp)
         share = -(-total // live)
         if len(held) > share:
-            holder._shared_shed(len(held) - share)
+            holder._shared_shed(len(held) - share, stamp)
         elif len(held) < share and claim:
             holder._shared_flush()
             stamp = holder._shared_stamp()
