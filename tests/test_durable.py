@@ -587,6 +587,18 @@ def test_bad_data_and_keys_are_refused_and_nothing_is_stored(path: Path, clock: 
     again.keyed.close()
 
 
+def test_remove_of_a_key_the_store_cannot_hold_is_false(path: Path, clock: ManualClock) -> None:
+    """remove() answers False for an unknown key, and a key a durable store cannot hold (a tuple, an int
+    too long to write) is unknown to it: not a TypeError or a ValueError from the store's encoding."""
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("a", {"every": 10})
+    assert life.keyed.remove(10**5000) is False
+    assert life.keyed.remove(("a", 1)) is False
+    assert set(life.keyed.snapshot()) == {"a"}
+    life.keyed.close()
+
+
 def test_paths_that_are_not_stores(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot open"):
         SQLiteStore(tmp_path / "no-such-dir" / "keys.db")
@@ -952,9 +964,9 @@ def test_a_fire_rerun_after_a_recovering_life_that_ended_is_not_reported_missed(
     third.keyed.close()
 
 
-def test_a_rerun_carries_a_fence_above_the_interrupted_run(path: Path, clock: ManualClock) -> None:
-    """ctx.fence: the key's generation, the fire and its attempt; a rerun's is above the first run's."""
-    fences: list[Any] = []
+def dies_during_its_first_run(path: Path, clock: ManualClock, fences: list[Any]) -> None:
+    """A life whose key "job" (every 10 s) fires at 10 s: the process dies during that run (its fence
+    appended to `fences`), and is down for a second."""
     first = Life(path, clock, context=True)
 
     def dies_mid_run(ctx: Any, key: Any, data: Any) -> None:
@@ -967,6 +979,12 @@ def test_a_rerun_carries_a_fence_above_the_interrupted_run(path: Path, clock: Ma
     first.keyed.upsert("job", {"every": 10})
     first.advance(10)
     down(clock, 1)
+
+
+def test_a_rerun_carries_a_fence_above_the_interrupted_run(path: Path, clock: ManualClock) -> None:
+    """ctx.fence: the key's generation, the fire and its attempt; a rerun's is above the first run's."""
+    fences: list[Any] = []
+    dies_during_its_first_run(path, clock, fences)
     second = Life(path, clock, context=True, run=lambda ctx, key, data: fences.append(ctx.fence))
     second.keyed.start()
     second.advance(0)
@@ -1054,17 +1072,11 @@ def test_a_program_that_ends_after_close_records_the_end_of_the_run_that_went_on
     life.keyed.close()
 
 
-def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
-    path: Path, clock: ManualClock
-) -> None:
-    """A fire's take committed, but the store raised after the commit (an I/O error on the way back):
-    its retry used to find the fire in the log, unfinished, and take it for one taken already, so the fire
-    never ran and stayed unfinished until a later life ran it again. It is the same take: it runs, once."""
-    life = Life(path, clock, context=True)
+def answers_lost(life: Life, takes: int) -> None:
+    """The life's next `takes` takes of a fire commit, then raise (an I/O error on the way back)."""
     store = life.keyed._store
     real = store.start_fire
-    failures = [1]
-    fences: list[Any] = []
+    failures = [1] * takes
 
     def answer_lost(*args: Any) -> int:
         attempt = real(*args)
@@ -1073,6 +1085,17 @@ def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
         return attempt
 
     store.start_fire = answer_lost  # type: ignore[method-assign]
+
+
+def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
+    path: Path, clock: ManualClock
+) -> None:
+    """A fire's take committed, but the store raised after the commit (an I/O error on the way back):
+    its retry used to find the fire in the log, unfinished, and take it for one taken already, so the fire
+    never ran and stayed unfinished until a later life ran it again. It is the same take: it runs, once."""
+    life = Life(path, clock, context=True)
+    fences: list[Any] = []
+    answers_lost(life, 1)
     life.keyed._run = lambda ctx, key, data: fences.append(ctx.fence)  # type: ignore[method-assign]
     life.keyed.start()
     life.keyed.upsert("job", {"every": 10})
@@ -1084,6 +1107,27 @@ def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
     assert len(fences) == 2 and fences[1].scheduled_for == round((T0 + 21) * 1_000_000)
     life.keyed.close()
     assert SQLiteStore(path).load()[1] == []  # nothing left unfinished in the log
+
+
+def test_a_reruns_take_whose_commit_answered_an_error_keeps_its_attempt(
+    path: Path, clock: ManualClock
+) -> None:
+    """The rerun of an interrupted fire is taken, and the store raises after the commit: its retry is
+    the same take (the same started_at), at the same attempt, one above the interrupted run's. (Each
+    retry used to count one more attempt.)"""
+    fences: list[Any] = []
+    dies_during_its_first_run(path, clock, fences)
+    second = Life(path, clock, context=True, run=lambda ctx, key, data: fences.append(ctx.fence))
+    answers_lost(second, 2)
+    second.keyed.start()
+    second.advance(0)
+    second.advance(1)  # (the retry: its answer lost again)
+    assert fences[1:] == []
+    second.advance(1)
+    at = round((T0 + 10) * 1_000_000)
+    assert fences == [(1, at, 1), (1, at, 2)]
+    second.keyed.close()
+    assert SQLiteStore(path).load()[1] == []
 
 
 def test_a_rerun_of_a_fire_older_than_the_latest_started_does_not_run_the_later_ones_again(

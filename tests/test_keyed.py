@@ -406,6 +406,39 @@ def test_run_timeout_sets_the_context(d: Driver) -> None:
     assert seen == [True] and [e.timed_out for e in events] == [True]
 
 
+def test_a_run_timeout_that_expires_during_a_shared_stores_take_keeps_the_key_running() -> None:
+    """Under asyncio, a run's timeout can expire while its fire's take is still on its way to a slow
+    shared store. The take is waited for all the same; a fire it took counts as a run that ended at once
+    with the cancel as its error, and the key's next fire is planned from it. (The key used to be left
+    counted as running, with nothing armed: it never ran again.)"""
+    from timerwheel.testing import SimulatedCluster
+
+    finished: list[tuple[Any, BaseException | None]] = []
+
+    def every_second(now: datetime, key: Any, data: Any) -> datetime:
+        return now.replace(microsecond=0) + timedelta(seconds=1)
+
+    cluster = SimulatedCluster(
+        every_second,
+        lambda key, data: None,
+        processes=1,
+        seed=3,
+        run_timeout=0.2,
+        on_finish=lambda key, data, error: finished.append((key, error)),
+    )
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(5.0)
+        cluster.slow(0, 20.0)  # (each call to the store takes 10-400 ms each way: some takes outlast 0.2 s)
+        cluster.run_for(20.0)
+        cluster.quiet()
+        cluster.check()
+        timed_out = [error for _, error in finished if isinstance(error, asyncio.CancelledError)]
+        assert timed_out, "no take outlasted the run's timeout: the test did not test anything"
+        late = [run for run in cluster.runs if run.started > cluster.now - 30.0]
+        assert len(late) >= 25  # (runs every second again once the store is fast)
+
+
 def test_close_disables_every_key_and_keeps_them(d: Driver) -> None:
     states: list[tuple[Any, KeyState, KeyState]] = []
     k = d.keyed(every(5), print, on_state_change=lambda key, old, new: states.append((key, old, new)))
@@ -1218,6 +1251,20 @@ def test_a_wall_clock_that_fails_once_loses_no_key(at: str) -> None:
     sched.run_pending()
     assert len(runs) == 2
     k.close()
+
+
+def test_a_closed_keyed_scheduler_refuses_remove_as_it_refuses_upsert() -> None:
+    k = KeyedScheduler(Scheduler(ManualClock(wall=T0)), every(5), print)
+    k.start()
+    k.upsert("a", 1)
+    k.close()
+    for key in ("a", "unknown", 10**5000):
+        with pytest.raises(RuntimeError, match="closed"):
+            k.remove(key)
+        with pytest.raises(RuntimeError, match="closed"):
+            k.upsert(key, 2)
+    info = k.get("a")
+    assert info is not None and info.data == 1  # (kept as close() left it)
 
 
 def test_an_upsert_whose_wall_clock_fails_raises_and_changes_nothing() -> None:

@@ -226,8 +226,12 @@ class Simulated(Shared):
             self.db.owners[store.owner_id] = self.db.now() - 1.0
 
     def claim(self, store: Any, holder: Holder) -> None:
+        import asyncio
+
         store._holder = holder
-        store._pass(store.monotonic(), claim=True)
+        store._keep()  # (one keeper round, its statements round trips on the loop's virtual time)
+        self.loop.run_until_complete(asyncio.sleep(0.5))
+        store._holder = None  # (no round after it)
 
     def close(self) -> None:
         self.loop.close()
@@ -250,6 +254,9 @@ class _Calm:
 
     def clock_error(self) -> float:
         return 0.0
+
+    def latency(self) -> float:
+        return 0.001
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres", "simulated"])
@@ -360,6 +367,44 @@ def test_a_rerun_of_an_unfinished_fire_counts_one_more_attempt(backend: Backend)
     assert backend.unfinished(store) == []
 
 
+def test_a_rerun_taken_again_after_a_lost_answer_keeps_its_attempt(backend: Backend) -> None:
+    """A take whose answer was lost (the store raised after its commit) is tried again by its taker with
+    the same started_at: the same take, at the same attempt. (A shared store's taker is its process, and
+    a process that lost the key and holds it again reruns its own fire one attempt more; a file's taker
+    is the life, which reruns the fires it found unfinished, once each.)"""
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    running = row("a", g, state="running", at=None)
+    assert store.start_fire(running, T, T, False) == 1
+    store = backend.crash_and_reopen(store)
+    if backend.shared:
+        backend.claim_all(store)  # type: ignore[attr-defined]
+    assert store.start_fire(running, T, T + 5, True) == 2
+    assert store.start_fire(running, T, T + 5, True) == 2  # (its answer lost: the same take again)
+    if backend.shared:
+        assert store.start_fire(running, T, T + 9, True) == 3  # (a rerun of its own, again: one more)
+    store = backend.crash_and_reopen(store)
+    assert backend.unfinished(store) == [StoredFire("a", g, T, 3 if backend.shared else 2)]
+
+
+def test_a_rerun_of_an_older_fire_keeps_the_keys_latest_started_fire(backend: Backend) -> None:
+    """A fire left unfinished before a later one started (a life whose wall clock ran ahead): its rerun
+    does not move the key's latest started fire back, or the later fires would run again after it."""
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    running = row("a", g, state="running", at=None)
+    assert store.start_fire(running, T, T, False) == 1
+    later = StoredKey("a", '{"n":1}', g, "running", None, T + 5 * US, None)
+    assert store.start_fire(later, T + 5 * US, T + 5 * US, False) == 1
+    store = backend.crash_and_reopen(store)
+    if backend.shared:
+        backend.claim_all(store)  # type: ignore[attr-defined]
+    assert store.start_fire(later, T, T + 6 * US, True) == 2  # (its row: the latest started, T + 5 s)
+    assert backend.keys(store)["a"].last_scheduled_for == T + 5 * US
+
+
 def test_save_marks_fires_finished_and_writes_rows(backend: Backend) -> None:
     durable(backend)
     store = backend.open()
@@ -436,7 +481,7 @@ def test_a_release_at_a_stale_generation_keeps_the_newer_one_held(backend: Backe
 # -- bad input changes nothing ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("key", [1.5, ("a", 1), None])
+@pytest.mark.parametrize("key", [1.5, ("a", 1), None, 10**5000], ids=["float", "tuple", "None", "long-int"])
 def test_a_key_the_store_cannot_keep_is_refused_and_nothing_is_written(backend: Backend, key: Any) -> None:
     durable(backend)
     if backend.name == "simulated":
@@ -447,6 +492,7 @@ def test_a_key_the_store_cannot_keep_is_refused_and_nothing_is_written(backend: 
         store.put(row(key))
     with pytest.raises((TypeError, ValueError), match="key"):
         store.replace([row("b"), row(key)], ["a"])
+    assert store.delete(key) is False  # (a key the store cannot hold is not in it)
     store = backend.crash_and_reopen(store)
     assert set(backend.keys(store)) == {"a"}
 

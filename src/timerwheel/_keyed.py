@@ -159,6 +159,7 @@ class _Key(WallTimer):
         "last_scheduled_for",
         "next_run_at",
         "owner",
+        "retake",
         "running",
         "state",
     )
@@ -183,6 +184,10 @@ class _Key(WallTimer):
         # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
         # a catch-up step, while its take is on its way to a shared store, would take it twice).
         self.handed: tuple[int, float] | None = None
+        # A take whose answer did not come (the store raised: it may have committed) or whose lease may
+        # have lapsed since, (generation, scheduled_for, started_at): the fire's next take is the same
+        # take again, with the same started_at, which a store takes at the same attempt.
+        self.retake: tuple[int, float, int] | None = None
 
     def row(self, data: str, state: KeyState | None = None) -> StoredKey:
         """Its row for a durable store, with `data` its JSON (and another state, if given)."""
@@ -1033,16 +1038,19 @@ class KeyedScheduler:
                 self._changed(change, generation)
 
     def remove(self, key: Hashable) -> bool:
-        """Forget a key and take back its timer; False (no error) for an unknown key.
+        """Forget a key and take back its timer; False (no error) for an unknown key, and for one its
+        store cannot hold.
 
         Raises:
-            TypeError: the key is not hashable.
+            TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed. StoreError: a
+                durable store failed (nothing changed).
         """
         if self._shared:
             return bool(self._wait(self._remove_shared(key)))
         _check_key(key)
         with self._lock:
             self._check_caller()
+            self._check_open()
             if key not in self._keys:
                 # (not in memory, but maybe in the store: an upsert that raised after its commit)
                 return self._durable and _storable(key) and bool(self._store.delete(key))
@@ -1317,17 +1325,28 @@ class KeyedScheduler:
             if not self._shared:
                 return self._take_done(ctx, start, self._take(start))
         take = asyncio.wrap_future(self._writer().submit(self._take, start))
-        try:
-            taken = await asyncio.shield(take)
-        except asyncio.CancelledError:  # (the scheduler closing): the take is made all the same
-            await take
-            with self._lock:
-                if start.rec.handed == (generation, scheduled_for):
-                    start.rec.handed = None
-                self._untake(start.rec, None)
-            raise
+        cancelled: BaseException | None = None
+        while True:  # a cancel (run_timeout, the scheduler closing) waits for the take all the same:
+            try:  # the store may have the fire as started, and the key's plan follows from the take
+                taken = await asyncio.shield(take)
+                break
+            except asyncio.CancelledError as exc:
+                if take.cancelled():  # (the writer stopped without making it: the key is left as it was)
+                    with self._lock:
+                        if rec.handed == (generation, scheduled_for):
+                            rec.handed = None
+                        self._untake(rec, None)
+                    raise
+                cancelled = exc
         with self._lock:
-            return self._take_done(ctx, start, taken)
+            data = self._take_done(ctx, start, taken)
+        if cancelled is None:
+            return data
+        if data is not _STALE:  # taken, and cancelled before the job began: a run that ended at once,
+            # with the cancel as its error (its end is recorded, and the key's next fire planned from it)
+            self._end(rec, generation, data, ctx, cancelled, scheduled_for, ended=self._ended())
+            self._raise_held()
+        raise cancelled
 
     def _prepare_start(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:
         """Under the lock: what the start of a fire writes (its key's row), or None if it does not start
@@ -1384,8 +1403,24 @@ class KeyedScheduler:
                 last_error,
             )
         rec.running += 1
+        retake = rec.retake
+        if retake is not None and retake[0] == generation and retake[1] == scheduled_for:
+            started_at = retake[2]
+        else:
+            started_at = _micro(wall_now)
         return _Start(
-            rec, generation, scheduled_for, rerun, wall_now, rest, state, at, last_error, error, row
+            rec,
+            generation,
+            scheduled_for,
+            rerun,
+            wall_now,
+            started_at,
+            rest,
+            state,
+            at,
+            last_error,
+            error,
+            row,
         )
 
     def _take(self, start: _Start) -> tuple[int | BaseException, float]:
@@ -1398,7 +1433,7 @@ class KeyedScheduler:
         try:
             self._record_unrecorded()
             attempt = self._store.start_fire(
-                start.row, _micro(start.scheduled_for), _micro(start.wall_now), start.rerun
+                start.row, _micro(start.scheduled_for), start.started_at, start.rerun
             )
         except Exception as exc:
             return exc, asked
@@ -1422,6 +1457,10 @@ class KeyedScheduler:
                 f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
                 f"the process longer than the lease, {self._lease} s): taken again before it runs"
             )
+        if isinstance(taken, BaseException):
+            rec.retake = (generation, scheduled_for, start.started_at)
+        elif rec.retake is not None and rec.retake[:2] == (generation, scheduled_for):
+            rec.retake = None
         if isinstance(taken, BaseException) or not taken:
             rec.running -= 1
             current = self._keys.get(rec.key) is rec and rec.generation == generation and not self._closed
@@ -2495,6 +2534,7 @@ class _Start(NamedTuple):
     scheduled_for: float
     rerun: bool
     wall_now: float
+    started_at: int  # what the take records (microseconds): wall_now's, or a retake's first (_Key.retake)
     rest: list[tuple[float, bool]]
     state: KeyState
     at: float | None

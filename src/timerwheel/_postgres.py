@@ -52,7 +52,9 @@ __all__ = ["PostgresStore"]
 
 logger = logging.getLogger("timerwheel")
 
-SCHEMA_VERSION = 3  # (3: timerwheel_start_fire refuses a new fire before a later one of its generation)
+# (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
+# again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one)
+SCHEMA_VERSION = 4
 CHANNEL = "timerwheel"
 _LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 _REPLACE_ID = _LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -98,7 +100,9 @@ _SCHEMA = [
     # row at most p_lock_wait seconds (a keeper renewing its leases holds the rows it renews for the
     # length of that statement): a row locked longer by another session (an operator's open
     # transaction) raises lock_not_available, and the fire is tried again later while the other keys go
-    # on. Returns the fire's attempt (1, more for a rerun), or 0 if it was not taken.
+    # on. Returns the fire's attempt (1, more for a rerun; the same take again of a rerun, its answer
+    # lost, has the same owner and started_at, and the same attempt), or 0 if it was not taken. The key's
+    # latest started fire does not go back for a rerun of an older one.
     """CREATE OR REPLACE FUNCTION timerwheel_start_fire(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
@@ -124,7 +128,8 @@ _SCHEMA = [
         INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
             VALUES (p_key, p_generation, p_scheduled_for, p_started_at, p_owner)
             ON CONFLICT (key, generation, scheduled_for) DO UPDATE
-            SET attempts = f.attempts + (CASE WHEN p_rerun THEN 1 ELSE 0 END),
+            SET attempts = f.attempts + (CASE WHEN p_rerun AND NOT (f.owner = EXCLUDED.owner
+                    AND f.started_at = EXCLUDED.started_at) THEN 1 ELSE 0 END),
                 started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
             WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner)
             RETURNING attempts INTO v_attempts;
@@ -134,7 +139,9 @@ _SCHEMA = [
         DELETE FROM timerwheel_fires
             WHERE key = p_key AND finished_at IS NOT NULL AND scheduled_for < p_scheduled_for;
         UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
-            last_scheduled_for = p_scheduled_for, last_error = p_last_error,
+            last_scheduled_for = CASE WHEN p_rerun THEN GREATEST(last_scheduled_for, p_scheduled_for)
+                ELSE p_scheduled_for END,
+            last_error = p_last_error,
             lease_until = clock_timestamp() + make_interval(secs => p_lease)
             WHERE key = p_key;
         RETURN v_attempts;
@@ -522,8 +529,12 @@ class PostgresStore:
         self._do(work, f"write the state of {len(rows)} key(s)")
 
     def delete(self, key: Hashable) -> bool:
-        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed."""
-        k = _key(key)
+        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed
+        (False for a key this store cannot hold: it is not in it)."""
+        try:
+            k = _key(key)
+        except (TypeError, ValueError):
+            return False
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> bool:

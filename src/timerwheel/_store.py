@@ -103,7 +103,8 @@ class KeyStore(Protocol):
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires (committed), keeping its generation as a floor for the generations
-        of keys stored anew (see put). True if it was stored."""
+        of keys stored anew (see put). True if it was stored; False for a key the store cannot hold (it
+        is not in it), never an error for the key."""
         ...
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
@@ -112,7 +113,10 @@ class KeyStore(Protocol):
         attempt of it), or 0 (nothing written) if that fire was taken already, or if a later fire of its
         generation was (a stale fire: it ran, or was decided about). The same take again of an unfinished
         fire by its taker (its answer was lost: an error raised after the commit) takes it, at the same
-        attempt."""
+        attempt: a first take's by the same taker; a rerun's by the same taker (a file's: its life,
+        which reruns each fire it found unfinished once; a shared store's: its process) with the same
+        `started_at` (the KeyedScheduler retries a take whose answer it did not get with the
+        `started_at` of its first try)."""
         ...
 
     def finish_fire(
@@ -528,6 +532,7 @@ class SQLiteStore:
         self._pid = os.getpid()
         self._inherited = False
         self._floor = 0  # the highest generation ever deleted from the file (see put)
+        self._reran: set[tuple[str, int, int]] = set()  # the fires this life's reruns took (start_fire)
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
         why = _read_only(self.path)
@@ -772,8 +777,11 @@ class SQLiteStore:
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires, raising the generation floor to its generation (committed). True if
-        it was stored."""
-        k = encode_key(key)
+        it was stored (False for a key this store cannot hold: it is not in it)."""
+        try:
+            k = encode_key(key)
+        except (TypeError, ValueError):
+            return False
         gone, floor = self._transaction(lambda db: self._delete(db, [k]))
         self._floor = max(self._floor, floor)
         return bool(gone)
@@ -788,10 +796,12 @@ class SQLiteStore:
 
         def work(db: sqlite3.Connection) -> int:
             if rerun:
+                # One more attempt, but for the same take again: a rerun this life took already (its
+                # answer was lost: an error raised after the commit) is taken at the attempt it made.
                 taken = db.execute(
-                    "UPDATE timerwheel_fires SET attempts = attempts + 1, started_at = ? "
+                    "UPDATE timerwheel_fires SET attempts = attempts + ?, started_at = ? "
                     "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
-                    (started_at, *fire),
+                    (0 if fire in self._reran else 1, started_at, *fire),
                 ).rowcount
             else:
                 # A fire new to the log, or an unfinished one: the same take again, after a commit whose
@@ -823,7 +833,11 @@ class SQLiteStore:
             db.execute(_PUT, values)
             return int(attempt)
 
-        return int(self._transaction(work))
+        attempt = int(self._transaction(work))
+        if rerun and attempt:
+            # (committed: this life's reruns are the fires it found unfinished as it loaded, no more)
+            self._reran.add(fire)
+        return attempt
 
     def finish_fire(
         self,
