@@ -160,6 +160,29 @@ def test_a_key_that_stops_running_is_caught() -> None:
             cluster.check()
 
 
+def test_a_fire_lost_silently_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that answers one take in twenty "taken already" without anyone having taken it: the key
+    goes on at its next fire (progress holds), and the fire it refused is lost."""
+    real = _simstore.SimDatabase.start_fire
+    asked = [0]
+
+    def refuses(
+        self: Any, row: Any, scheduled_for: int, started_at: int, rerun: bool, owner: str, lease: float
+    ) -> int:
+        asked[0] += 1
+        if asked[0] % 20 == 0:
+            return 0
+        return int(real(self, row, scheduled_for, started_at, rerun, owner, lease))
+
+    monkeypatch.setattr(_simstore.SimDatabase, "start_fire", refuses)
+    cluster = SimulatedCluster(every_second, lambda key, data: None, processes=2, points=True)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(60.0)
+        cluster.quiet()
+        assert {v.invariant for v in cluster.violations} == {"no-lost-fire"}
+
+
 def test_a_run_before_its_time_is_caught() -> None:
     cluster = SimulatedCluster(every_second, lambda key, data: None, store="memory", processes=1)
     with cluster:
@@ -190,6 +213,35 @@ def test_the_simulated_cluster_runs_a_users_job_through_a_kill() -> None:
         assert len(fires) == len(set(fires)) >= 10
         new = cluster.holder("report")
         assert new is not None and new.alive and ran
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_job_cut_by_a_kill_runs_nothing_more_until_the_cluster_closes(store: str) -> None:
+    """SIGKILL runs no `finally` and no `except` of the job it cuts. (kill() used to close the killed
+    process's coroutines at once, which ran them.)"""
+    events: list[str] = []
+
+    async def job(key: Any, data: Any) -> None:
+        import asyncio
+
+        events.append("started")
+        try:
+            await asyncio.sleep(100.0)
+        except BaseException:
+            events.append("except")
+            raise
+        finally:
+            events.append("finally")
+
+    cluster = SimulatedCluster(every_second, job, store=store, processes=1)
+    with cluster:
+        cluster.upsert("k", {})
+        cluster.run_for(1.5)
+        assert events == ["started"]
+        cluster.kill(0)
+        cluster.run_for(10.0)
+        assert events == ["started"]
+    assert events == ["started", "except", "finally"]  # (closed with the cluster, after every check)
 
 
 def test_bad_arguments_of_the_cluster() -> None:

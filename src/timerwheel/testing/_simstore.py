@@ -33,7 +33,8 @@ class SimDatabase:
         self.owners: dict[str, float] = {}
         self.floor = 0  # the highest generation of any key deleted
         self.stores: list[SimStore] = []  # every store that listens (NOTIFY reaches them)
-        self.commits: list[tuple[float, str, Hashable, Any]] = []  # (time, what, key, data): users' changes
+        # users' changes: (time, what, key, data, next_run_at: the first fire its writer planned)
+        self.commits: list[tuple[float, str, Hashable, Any, int | None]] = []
 
     # -- what the rows say ----------------------------------------------------------------------------
 
@@ -68,7 +69,7 @@ class SimDatabase:
             "owner": owner,
             "lease_until": self.now() + lease,
         }
-        self.commits.append((self.now(), "upsert", row.key, row.data))
+        self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
         return generation
 
     def put(self, row: StoredKey, owner: str, lease: float) -> int:
@@ -83,7 +84,7 @@ class SimDatabase:
         gone = [k for k in self.keys if k not in keep]
         for key in gone:
             self.floor = max(self.floor, self.keys.pop(key)["generation"])
-            self.commits.append((self.now(), "remove", key, None))
+            self.commits.append((self.now(), "remove", key, None, None))
         generations = [self._stored(row, owner, lease) for row in rows]
         self.notify(owner, {"all": True})
         return generations
@@ -95,7 +96,7 @@ class SimDatabase:
         if row is None:
             return False
         self.floor = max(self.floor, row["generation"])
-        self.commits.append((self.now(), "remove", key, None))
+        self.commits.append((self.now(), "remove", key, None, None))
         self.notify(owner, {"k": [key]})
         return True
 
@@ -117,13 +118,17 @@ class SimDatabase:
             fire = self.fires[ident] = {"started_at": started_at, "finished_at": None, "error": None}
             fire.update(attempts=1, owner=owner)
         elif fire["finished_at"] is None and (rerun or fire["owner"] == owner):
-            fire["attempts"] += 1 if rerun else 0
+            same = fire["owner"] == owner and fire["started_at"] == started_at  # (the same take again)
+            fire["attempts"] += 1 if rerun and not same else 0
             fire["started_at"], fire["owner"] = started_at, owner
         else:
             return 0
         for other in [f for f, v in self.fires.items() if f[0] == row.key and v["finished_at"] is not None]:
             if other[2] < scheduled_for:
                 del self.fires[other]
+        latest = key["last_scheduled_for"]
+        if rerun and latest is not None and latest > scheduled_for:
+            scheduled_for = latest  # (a rerun of an older fire: the latest started one stays)
         key.update(state=row.state, next_run_at=row.next_run_at, last_scheduled_for=scheduled_for)
         key.update(last_error=row.last_error, lease_until=self.now() + lease)
         return int(fire["attempts"])
@@ -410,44 +415,107 @@ class SimStore:
         self.process.loop.call_soon(self._keep)
 
     def _keep(self) -> None:
+        """One round of the keeper, as PostgresStore's: each statement a round trip of its own (its
+        effect after one latency, its answer after another), so that the writers' answers, the
+        listener and users' changes interleave with the round, as the threads of a real process do. A
+        statement that fails ends the round; the next comes sooner."""
         if self._closed or self._holder is None:
             return
         started = self.monotonic()
-        try:
-            self._call("renew its leases", write=False)
-            self._pass(started, claim=self._failures == 0)
-            self._failures = 0
-            self._lost_said = False
-        except StoreError:
+        holder = self._holder
+
+        def failed() -> None:
             self._failures += 1
             if self.monotonic() >= self._valid_until and not self._lost_said and self._holder is not None:
                 self._lost_said = True
                 self._holder._shared_lost()
-        period = min(0.1, self.lease / 3) if self._failures else self.lease / 3
-        self.process.loop.call_later(period, self._keep)
+            self._next_round(started)
 
-    def _pass(self, started: float, claim: bool) -> None:
-        holder = self._holder
-        self.process.clock_error()  # (the offset measured again)
-        if self._detached:
-            self.db.renew(self.owner_id, self.lease)
-            return
-        stamp = holder._shared_stamp()  # (before the count, as PostgresStore)
-        live, total = self.db.heartbeat(self.owner_id, self.lease)
-        held = self.db.renew(self.owner_id, self.lease)
-        self._valid_until = started + self.lease
-        holder._shared_reconcile(dict(held), stamp)
-        share = -(-total // live)
-        if len(held) > share:
-            holder._shared_shed(len(held) - share, stamp)
-        elif len(held) < share and claim:
-            holder._shared_flush()
-            stamp = holder._shared_stamp()
-            if self._detached:
+        def done() -> None:
+            self._failures = 0
+            self._lost_said = False
+            self._next_round(started)
+
+        def measured(_: None) -> None:
+            if self._detached:  # (closing: only the leases of the runs still going, until close())
+                self._statement("renew its leases", lambda: self.db.renew(self.owner_id, self.lease), failed)(
+                    lambda held: done()
+                )
                 return
-            keys, fires = self.db.claim(self.owner_id, self.lease, min(share - len(held), 10_000))
+            stamp = holder._shared_stamp()  # (before the count, as PostgresStore)
+            heartbeat = self._statement(
+                "renew its leases", lambda: self.db.heartbeat(self.owner_id, self.lease), failed
+            )
+            heartbeat(lambda counted: renew(stamp, *counted))
+
+        def renew(stamp: int, live: int, total: int) -> None:
+            renewal = self._statement(
+                "renew its leases", lambda: self.db.renew(self.owner_id, self.lease), failed
+            )
+            renewal(lambda held: renewed(stamp, live, total, held))
+
+        def renewed(stamp: int, live: int, total: int, held: dict[Hashable, int]) -> None:
+            self._valid_until = started + self.lease
+            holder._shared_reconcile(dict(held), stamp)
+            share = -(-total // live)
+            if len(held) > share:
+                holder._shared_shed(len(held) - share, stamp)
+            elif len(held) < share and self._failures == 0:
+                holder._shared_flush()
+                stamp = holder._shared_stamp()
+                if not self._detached:
+                    limit = min(share - len(held), 10_000)
+                    claim = self._statement(
+                        "renew its leases", lambda: self.db.claim(self.owner_id, self.lease, limit), failed
+                    )
+                    claim(lambda found: claimed(stamp, *found))
+                    return
+            done()
+
+        def claimed(stamp: int, keys: list[StoredKey], fires: list[StoredFire]) -> None:
             if keys:
                 holder._shared_adopt(keys, fires, stamp)
+            done()
+
+        self._statement("renew its leases", self.process.clock_error, failed)(measured)
+
+    def _statement(
+        self, what: str, fn: Callable[[], Any], failed: Callable[[], None]
+    ) -> Callable[[Callable[[Any], None]], None]:
+        """A statement of the keeper's connection: fn() at the database after one latency; its answer
+        given to `then` after another, or failed() if the process cannot reach the database then."""
+
+        def send(then: Callable[[Any], None]) -> None:
+            process = self.process
+
+            def at_database() -> None:
+                if self._closed or self._holder is None:
+                    return
+                try:
+                    self._call(what, write=False)
+                    result = fn()
+                except StoreError:
+                    failed()
+                    return
+                process.loop.call_later(process.latency(), answer, result)
+
+            def answer(result: Any) -> None:
+                if self._closed or self._holder is None:
+                    return
+                try:
+                    self._call(what, write=False)  # (the connection lost before the answer came)
+                except StoreError:
+                    failed()
+                    return
+                then(result)
+
+            process.loop.call_later(process.latency(), at_database)
+
+        return send
+
+    def _next_round(self, started: float) -> None:
+        period = min(0.1, self.lease / 3) if self._failures else self.lease / 3
+        self.process.loop.call_later(max(0.0, period - (self.monotonic() - started)), self._keep)
 
     def _notified(self, payload: str) -> None:
         """NOTIFY from the database: heard after a delay, or lost, as the process's faults say."""

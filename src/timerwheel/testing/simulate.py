@@ -92,6 +92,7 @@ class SimRun:
     wall: float  # the process's wall clock as it started (POSIX seconds)
     ended: float | None = None
     error: bool = False
+    ended_wall: float | None = None  # the process's wall clock as it ended (its key's clock)
 
 
 @dataclasses.dataclass
@@ -119,6 +120,8 @@ class Process:
         self.slow_until = -math.inf
         self.fail_writes = 0
         self.wall_offset = rng.uniform(-0.002, 0.002)  # this process's wall clock against the database's
+        self.offsets = [(cluster.now, self.wall_offset)]  # (since, offset): its history, for the oracle
+        self.died: float | None = None  # the simulated time it was killed
         self.windows: list[_Window] = []  # faults that hit this process
         self.store: Any = None
         self.keyed: Any = None
@@ -142,8 +145,24 @@ class Process:
         change of 5 ms or less is not taken (its measurement's noise)."""
         measured = self.rng.uniform(-0.002, 0.002)
         if abs(measured - self.wall_offset) > 0.005:
-            self.wall_offset = measured
+            self.set_offset(measured)
         return self.wall_offset
+
+    def set_offset(self, offset: float) -> None:
+        self.wall_offset = offset
+        self.offsets.append((self.cluster.now, offset))
+
+    def offset_at(self, t: float) -> float:
+        """Its wall clock's offset at simulated time t."""
+        offset = self.offsets[0][1]
+        for since, value in self.offsets:
+            if since <= t:
+                offset = value
+        return offset
+
+    def keyed_wall(self) -> float:
+        """The wall clock its KeyedScheduler reads (a shared store's: the database's, as it reads it)."""
+        return float(self.store.wall()) if self.cluster.kind == "shared" else self.wall()
 
     # -- faults ---------------------------------------------------------------------------------------
 
@@ -159,6 +178,8 @@ class Process:
     def fail_next_write(self) -> bool:
         if self.fail_writes:
             self.fail_writes -= 1
+            now = self.cluster.now
+            self.windows.append(_Window(now, now, "write-failed"))  # (the fault strikes now)
             return True
         return False
 
@@ -222,15 +243,15 @@ class Process:
         raise RuntimeError(f"{self.name}: its loop never settles (a callback that calls itself at once?)")
 
     def kill(self) -> None:
-        """SIGKILL: nothing of this process runs again; its store's files are as they are now. (Its
-        coroutines are closed at once, while everything they could still reach refuses them: the store,
-        the oracle; so that nothing of them runs later, when they are collected.)"""
+        """SIGKILL: nothing of this process runs again, not even a job's `finally` or `except` block; its
+        store's files are as they are now. Its tasks are kept, never resumed, until the cluster closes
+        (a coroutine that Python frees is closed, which would run them: see SimulatedCluster.close)."""
+        if self.alive:
+            self.died = self.cluster.now
         self.alive = False
         loop: Any = self.loop
         loop.set_exception_handler(lambda loop, context: None)
-        for task in asyncio.all_tasks(loop):
-            with contextlib.suppress(BaseException):
-                task.get_coro().close()
+        self.cluster._dead_tasks.extend(asyncio.all_tasks(loop))
         loop._ready.clear()
         loop._scheduled.clear()
         with contextlib.suppress(Exception):
@@ -327,6 +348,9 @@ class SimulatedCluster:
         self._seen: dict[Hashable, int] = {}  # the highest generation the store ever had of each key
         self._quiet_since: float | None = None
         self._closed = False
+        self._dead_tasks: list[asyncio.Task[Any]] = []  # the killed processes' tasks, never resumed
+        self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, the wall then)
+        self._loads: list[tuple[float, dict[Hashable, Any]]] = []  # (when, every key) a life loaded
         for _ in range(processes):
             self.add_process()
 
@@ -413,7 +437,7 @@ class SimulatedCluster:
     def _change(self, which: int | str | Process, what: str, key: Hashable, data: Any) -> None:
         p = self.process(which)
         change = {"what": what, "key": key, "data": data, "process": p.name, "asked": self.now}
-        change.update(returned=None, error=None)
+        change.update(returned=None, error=None, ended=None)
         self.changes.append(change)
         self._note(f"{p.name} {what} {key!r} {data!r}")
         if not p.alive:
@@ -434,6 +458,8 @@ class SimulatedCluster:
             else:
                 change["returned"] = self.now
                 self._returned(p, change)
+            finally:
+                change["ended"] = self.now
 
         p.loop.create_task(do())
 
@@ -467,7 +493,14 @@ class SimulatedCluster:
 
     def cut(self, which: int | str | Process, seconds: float, hang: bool = False) -> None:
         """Cut a process from the store for `seconds`: every call fails (or, with hang, waits until the
-        cut ends); NOTIFY messages meanwhile are lost."""
+        cut ends); NOTIFY messages meanwhile are lost. On SQLite, the disk fails for that long (its calls
+        are synchronous: they fail, never hang).
+
+        Raises:
+            ValueError: the memory store (nothing to cut), or hang on SQLite.
+        """
+        if self.kind == "memory" or (hang and self.kind == "sqlite"):
+            raise ValueError(f"cut(hang={hang}) needs a shared store{'' if hang else ' or SQLite'}")
         p = self.process(which)
         p.cut_until, p.cut_hangs = self.now + seconds, hang
         self._fault(p, "hang" if hang else "cut", seconds)
@@ -475,7 +508,14 @@ class SimulatedCluster:
             self.at(self.now + seconds, lambda: p.alive and p.loop.call_soon(p.store._heard, None))
 
     def slow(self, which: int | str | Process, seconds: float) -> None:
-        """Make a process's store calls slow (10-400 ms each) for `seconds`."""
+        """Make a process's store calls slow (10-400 ms each) for `seconds`.
+
+        Raises:
+            ValueError: not a shared store (a local store's calls are synchronous: they take no time on
+                the simulation's clock).
+        """
+        if self.kind != "shared":
+            raise ValueError("slow() needs a shared store")
         p = self.process(which)
         p.slow_until = self.now + seconds
         self._fault(p, "slow", seconds)
@@ -491,7 +531,7 @@ class SimulatedCluster:
         """Step a process's wall clock by `seconds` (either way), as NTP does; a shared store's reading
         of the database clock is corrected at its next keeper round."""
         p = self.process(which)
-        p.wall_offset += seconds
+        p.set_offset(p.wall_offset + seconds)
         self._fault(p, "wall-step", abs(seconds) + (self.lease / 3 if self.kind == "shared" else 0.0))
 
     def _fault(self, p: Process, kind: str, seconds: float) -> None:
@@ -550,13 +590,19 @@ class SimulatedCluster:
         self._note(f"quiet {span:.3f}")
         self.run_for(span)
         self._check_progress()
+        if self._points:
+            self._check_no_lost_fire()
 
     def bound(self) -> float:
         """Seconds within which every key is held and armed again once the faults stop."""
         return self.lease + self.lease / 3 + _TOLERANCE if self.kind == "shared" else _TOLERANCE
 
     def close(self) -> None:
-        """Close every live process (its KeyedScheduler, then its loop), and remove the SQLite files."""
+        """Close every live process (its KeyedScheduler, then its loop), and remove the SQLite files.
+
+        The killed processes' jobs, never resumed since their kill, are closed last (Python would close
+        them as it frees them): a `finally` block of a job cut by a kill runs here, once the simulation
+        is over and nothing it could reach (the store, the oracle) takes it into account."""
         if self._closed:
             return
         self._closed = True
@@ -567,6 +613,10 @@ class SimulatedCluster:
                 with contextlib.suppress(Exception):
                     p.store.close()
             p.kill()
+        tasks, self._dead_tasks = self._dead_tasks, []
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                task.get_coro().close()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
 
@@ -619,24 +669,19 @@ class SimulatedCluster:
                 raise
             finally:
                 if p.alive:
-                    run.ended = self.now
+                    run.ended, run.ended_wall = self.now, p.keyed_wall()
                     self._note(f"{p.name} ends {key!r} g{run.generation} {run.scheduled_for} a{run.attempt}")
 
         return job
 
     def _interrupted(self, run: SimRun, until: float) -> bool:
-        """Whether the run's process died, or may have lost its lease, between its start and `until`."""
+        """Whether the run's process died, or (a shared store) may have lost its lease, between its start
+        and `until`."""
         p = self.process(run.process)
         if not p.alive and run.ended is None:
             return True
-        for w in p.windows:
-            if (
-                w.kind in ("pause", "cut", "hang", "slow", "kill")
-                and w.start <= until
-                and w.end >= run.started
-            ):
-                return True
-        return False
+        kinds = ("pause", "cut", "hang", "slow", "kill") if self.kind == "shared" else ("kill",)
+        return any(w.kind in kinds and w.start <= until and w.end >= run.started for w in p.windows)
 
     def _started(self, p: Process, run: SimRun) -> None:
         self.checks += 3
@@ -692,13 +737,20 @@ class SimulatedCluster:
 
     def _on_missed(self, p: Process, key: Hashable, count: int, first: datetime, last: datetime) -> None:
         self.missed.append((p.name, key, count, first, last))
+        self._reports.append((key, first.timestamp(), p.keyed_wall()))
         self._note(f"{p.name} missed {key!r} {count} from {first.isoformat()} to {last.isoformat()}")
 
     def _returned(self, p: Process, change: dict[str, Any]) -> None:
         """A change returned: it is committed (shared: the database has it)."""
         self.checks += 1
         self._note(f"{p.name} returned {change['what']} {change['key']!r}")
-        if self.db is None:
+        if self.db is None:  # (the first fire each key's new generation planned: see _histories)
+            keys = change["data"] if change["what"] == "replace" else [change["key"]]
+            infos = {k: p.keyed.get(k) for k in keys}
+            change["planned"] = {
+                k: None if i is None or i.next_run_at is None else i.next_run_at.timestamp()
+                for k, i in infos.items()
+            }
             return
         what, key, data = change["what"], change["key"], change["data"]
         since = change["asked"]
@@ -761,8 +813,155 @@ class SimulatedCluster:
                 )
             if info is not None and info.generation < self._seen.get(k, 0):
                 self._violate("generations-rise", f"key {k!r} came back at generation {info.generation}")
-        for k, info in keyed.snapshot().items():
+        snapshot = keyed.snapshot()
+        for k, info in snapshot.items():
             self._seen[k] = max(self._seen.get(k, 0), info.generation)
+        self._loads.append((self.now, {k: info.data for k, info in snapshot.items()}))
+
+    # -- no lost fire ---------------------------------------------------------------------------------------
+
+    def _check_no_lost_fire(self) -> None:
+        """After a quiet spell, with a calendar next_run (points=True): every point of a key's schedule
+        that came due while the key was stored, unchanged, and away from any fault (calm) is accounted
+        for. It ran (at any attempt, in any process); or on_missed reported it (a report covers the
+        points from its `first` to the wall clock when it was made: those after its `last` are the
+        ones beyond max_catch_up, reported as a lower bound); or a run of the key went on over it (a
+        point at or before the wall clock at a run's start is passed over: next_run is asked from then;
+        under AFTER_FINISH, from the run's end)."""
+        self.checks += 1
+        runs: dict[Hashable, list[SimRun]] = {}
+        for run in self.runs:
+            runs.setdefault(run.key, []).append(run)
+        reports: dict[Hashable, list[tuple[float, float]]] = {}
+        for key, since, wall in self._reports:
+            reports.setdefault(key, []).append((since, wall))
+        until = self.now - self.bound() - 1.0  # (points due since may still be on their way)
+        for key, spans in self._histories().items():
+            ran = {r.scheduled_for for r in runs.get(key, ())}
+            for start, end, data, first in spans:
+                for point in self._points_of(key, data, start, min(end, until), first):
+                    self.checks += 1
+                    if round(point * 1e6) in ran or self._excused(key, point, runs, reports):
+                        continue
+                    self._violate(
+                        "no-lost-fire",
+                        f"key {key!r}: its fire at {point:.6f} (t={point - self.epoch:.3f}) neither ran nor "
+                        "was reported missed, and no run went on over it",
+                    )
+                    return
+
+    def _histories(self) -> dict[Hashable, list[tuple[float, float, Any, float | None]]]:
+        """Each key's calm spans of simulated time, with the data it had and the first fire its change
+        planned (a change made on a clock that was off plans its first fire by that clock: the points
+        before it are not due), or None: (start, end, data, first). A span ends
+        bound() before a change of the key begins (pending until it returns or raises, and a second
+        after) and half a second before a fault (until bound() after it: a takeover, a restart)."""
+        # key: [(since, data | _MISSING | _UNSURE, the first fire its writer planned | None)]
+        timeline: dict[Hashable, list[tuple[float, Any, float | None]]] = {}
+        busy: dict[Hashable, list[tuple[float, float]]] = {}  # key: [(from, to)] a change of it was going
+        keys: set[Hashable] = set()
+        for change in self.changes:
+            touched = (
+                {change["key"]: change["data"] if change["what"] == "upsert" else _MISSING}
+                if change["what"] != "replace"
+                else {**dict.fromkeys(keys, _MISSING), **change["data"]}
+            )
+            keys.update(touched)
+            end = self.now if change["ended"] is None else change["ended"]
+            for k, value in touched.items():
+                # (a change supersedes the fires of the key's old generation that it finds unrun: those
+                # due while no process held the key, between two holders, within bound() of it)
+                busy.setdefault(k, []).append((change["asked"] - self.bound(), end + 1.0))
+                if self.db is None:
+                    settled = value if change["returned"] is not None else _UNSURE
+                    planned = change.get("planned", {}).get(k)
+                    timeline.setdefault(k, []).append((change["asked"], settled, planned))
+        if self.db is not None:  # (the database's commits are what the keys are)
+            for at, what, k, data, first in self.db.commits:
+                value = _loads(data) if what == "upsert" else _MISSING
+                planned = None if first is None else first / 1e6
+                timeline.setdefault(k, []).append((at - self.epoch, value, planned))
+        for at, snapshot in self._loads:  # (a new life has what the file has)
+            for k in {*timeline, *snapshot}:
+                timeline.setdefault(k, []).append((at, snapshot.get(k, _MISSING), None))
+        faults = [(w.start - 0.5, w.end + self.bound()) for p in self.processes for w in p.windows]
+        spans: dict[Hashable, list[tuple[float, float, Any, float | None]]] = {}
+        for k, events in timeline.items():
+            events.sort(key=lambda e: e[0])
+            blocked = sorted(busy.get(k, []) + faults)
+            for i, (since, data, planned) in enumerate(events):
+                if data is _MISSING or data is _UNSURE:
+                    continue
+                end = events[i + 1][0] if i + 1 < len(events) else math.inf
+                spans.setdefault(k, []).extend(
+                    (a, b, data, planned) for a, b in _between(since, end, blocked)
+                )
+        return spans
+
+    def _points_of(
+        self, key: Hashable, data: Any, start: float, end: float, first: float | None = None
+    ) -> Iterable[float]:
+        """The points of the key's schedule due in the simulated span [start, end] (on the wall clock of
+        whoever held the key then), from `first` on, if given."""
+        if end <= start:
+            return
+        t = self._wall_at(start)
+        if first is not None:
+            t = max(t, first - 1e-6)
+        stop = self._wall_at(end)
+        for _ in range(100_000):
+            point = self._next_run(datetime.fromtimestamp(t, UTC), key, data)
+            if point is None:
+                return
+            t = point.timestamp()
+            if t > stop:
+                return
+            yield t
+        raise RuntimeError(f"key {key!r}: too many points between {start} and {end}")
+
+    def _wall_at(self, t: float) -> float:
+        """The keys' clock at simulated time t: the database's (shared); with one process at a time, the
+        furthest wall clock any life reached by then (a point at or before it came due, and ran or was
+        passed over; a clock that steps back, or a next life's that is behind, makes none due again)."""
+        if self.db is not None:
+            return self.epoch + t
+        furthest = -math.inf
+        for p in self.processes:
+            stop = t if p.died is None else min(t, p.died)
+            if p.base > stop:
+                continue
+            for i, (since, offset) in enumerate(p.offsets):
+                begin = max(since, p.base)
+                end = min(p.offsets[i + 1][0], stop) if i + 1 < len(p.offsets) else stop
+                if begin <= end:
+                    furthest = max(furthest, self.epoch + end + offset)
+        return furthest if furthest > -math.inf else self.epoch + t
+
+    def _excused(
+        self,
+        key: Hashable,
+        point: float,
+        runs: dict[Hashable, list[SimRun]],
+        reports: dict[Hashable, list[tuple[float, float]]],
+    ) -> bool:
+        """Whether a point that did not run was reported missed, or passed over by a run of its key."""
+        for first, wall in reports.get(key, ()):
+            if first - 1e-6 <= point <= wall:
+                return True
+        after_finish = self._reschedule is Reschedule.AFTER_FINISH
+        for r in runs.get(key, ()):
+            if r.scheduled_for / 1e6 >= point:
+                continue
+            over = r.wall
+            if after_finish:
+                if r.ended_wall is not None:
+                    over = max(over, r.ended_wall)
+                else:
+                    died = self.process(r.process).died
+                    over = math.inf if died is None else self._wall_at(died)
+            if point <= over:
+                return True
+        return False
 
     def _check_progress(self) -> None:
         """After a quiet spell: every key is held by one live process, at the store's generation, and ran
@@ -801,17 +1000,37 @@ class SimulatedCluster:
                 r.key == k and r.ended is None and r.process == p.name for r in self.runs
             ):
                 continue  # (a run of it goes: a long one, or one that never returns, is the job's own)
-            if info.next_run_at is not None and info.next_run_at.timestamp() > wall - 1.0:
-                recent = [r for r in self.runs if r.key == k and r.started >= since]
-                if recent or info.next_run_at.timestamp() > wall - (self.now - since) + 60.0:
-                    continue
-            if not any(r.key == k and r.started >= since for r in self.runs):
+            if info.next_run_at is not None:
+                late = wall - info.next_run_at.timestamp()
+                if late > 1.0:  # (due a second ago or more, and not running)
+                    self._violate(
+                        "progress", f"key {k!r} did not run: its next run is {late:.3f} s overdue on {p.name}"
+                    )
+                continue
+            if not any(r.key == k and r.started >= since for r in self.runs):  # (its take on its way)
                 self._violate(
                     "progress", f"key {k!r} did not run in the {self.now - since:.1f} s since {since:.3f}"
                 )
 
 
 _MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<no key>"})()
+_UNSURE: Any = type("Unsure", (), {"__repr__": lambda self: "<a change that raised: either>"})()
+
+
+def _between(start: float, end: float, blocked: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of [start, end) outside every (sorted) blocked span."""
+    parts = []
+    for a, b in blocked:
+        if b <= start or a >= end:
+            continue
+        if a > start:
+            parts.append((start, a))
+        start = max(start, b)
+        if start >= end:
+            return parts
+    if start < end:
+        parts.append((start, end))
+    return parts
 
 
 def _shown(value: Any) -> str:
@@ -843,9 +1062,15 @@ class _FaultyStore:
             raise StoreError(f"the {self.name} could not {what}: disk I/O error")
         return True
 
-    def _write(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _check(self, what: str) -> None:
+        """StoreError if the process was killed, or while its disk fails (a cut)."""
         if not self._process.alive:
             raise StoreError(f"the {self.name}: its process was killed")
+        if self._process.cluster.now < self._process.cut_until:
+            raise StoreError(f"the {self.name} could not {what}: disk I/O error (the disk is gone)")
+
+    def _write(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        self._check(what)
         after = self._guard(what)
         result = fn(*args)
         if after:
@@ -853,6 +1078,7 @@ class _FaultyStore:
         return result
 
     def load(self) -> Any:
+        self._check("read the keys")
         return self._store.load()
 
     def put(self, row: Any) -> int:
@@ -1019,8 +1245,9 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
             events.append((t, "pause", (p, rng.choice([0.1, lease / 2, lease * 1.5, lease * 3]))))
         elif r < 0.72 and store == "shared":
             events.append((t, "cut", (p, rng.choice([0.2, lease / 2, lease * 2]), rng.random() < 0.5)))
-        elif r < 0.78 and store != "memory":
-            events.append((t, "slow", (p, rng.uniform(0.5, 2 * lease))))
+        elif r < 0.78 and store != "memory":  # (SQLite: a disk that fails for a while)
+            seconds = rng.uniform(0.5, 2 * lease)
+            events.append((t, "slow", (p, seconds)) if store == "shared" else (t, "cut", (p, seconds, False)))
         elif r < 0.86 and store != "memory":
             events.append((t, "fail-write", (p,)))
         elif r < 0.92:
