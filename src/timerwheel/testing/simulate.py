@@ -1203,6 +1203,10 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
         "recover": Recover.RERUN,
         "max_catch_up": rng.choice([3, 100]),
     }
+    # (drawn apart, so that the seeds drawn before it was added replay as they did)
+    keyed["run_timeout"] = random.Random(f"run_timeout {seed}").choice(
+        [None, None, None, None, 0.05, 0.5, 3.0]
+    )
     keys = rng.randint(2, 10)
     duration = rng.uniform(20.0, 120.0)
     wall, zone, pace = _EPOCH, None, 1.0
