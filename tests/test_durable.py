@@ -587,14 +587,19 @@ def test_bad_data_and_keys_are_refused_and_nothing_is_stored(path: Path, clock: 
     again.keyed.close()
 
 
-def test_remove_of_a_key_the_store_cannot_hold_is_false(path: Path, clock: ManualClock) -> None:
-    """remove() answers False for an unknown key, and a key a durable store cannot hold (a tuple, an int
-    too long to write) is unknown to it: not a TypeError or a ValueError from the store's encoding."""
+def test_remove_refuses_a_key_the_store_cannot_hold_as_upsert_does(path: Path, clock: ManualClock) -> None:
+    """A key a durable store cannot hold (a tuple, an int too long to write) is bad input to remove() as
+    to upsert(): the same error, naming key, and nothing changes. (A tuple answered False, and a long int
+    raised the store's ValueError from inside the store.)"""
     life = Life(path, clock)
     life.keyed.start()
     life.keyed.upsert("a", {"every": 10})
-    assert life.keyed.remove(10**5000) is False
-    assert life.keyed.remove(("a", 1)) is False
+    for key, error in ((10**5000, ValueError), (("a", 1), TypeError)):
+        with pytest.raises(error, match="key"):
+            life.keyed.upsert(key, {"every": 10})
+        with pytest.raises(error, match="key"):
+            life.keyed.remove(key)
+    assert life.keyed.remove("unknown") is False
     assert set(life.keyed.snapshot()) == {"a"}
     life.keyed.close()
 
@@ -1233,7 +1238,8 @@ def test_remove_deletes_a_key_whose_upsert_raised_after_its_commit(path: Path, c
     upsert_whose_answer_is_lost(life, "ghost")
     assert life.keyed.remove("ghost") is True  # (it was in the store)
     assert life.keyed.remove("ghost") is False
-    assert life.keyed.remove(1.5) is False  # (a key no durable store keeps: nothing to ask)
+    with pytest.raises(TypeError, match="key"):  # (a key no durable store keeps: refused, as by upsert)
+        life.keyed.remove(1.5)
     crash(life)
     down(clock, 1)
     second = Life(path, clock)

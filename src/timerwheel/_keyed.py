@@ -1038,22 +1038,24 @@ class KeyedScheduler:
                 self._changed(change, generation)
 
     def remove(self, key: Hashable) -> bool:
-        """Forget a key and take back its timer; False (no error) for an unknown key, and for one its
-        store cannot hold.
+        """Forget a key and take back its timer; False (no error) for an unknown key.
 
         Raises:
-            TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed. StoreError: a
-                durable store failed (nothing changed).
+            TypeError: the key is not hashable, or (a durable store) not a str or an int. ValueError: a key
+                its durable store cannot hold (as upsert() refuses it). RuntimeError: the KeyedScheduler
+                is closed. StoreError: the store failed. In each case nothing changed.
         """
         if self._shared:
             return bool(self._wait(self._remove_shared(key)))
         _check_key(key)
+        if self._durable:
+            encode_key(key)
         with self._lock:
             self._check_caller()
             self._check_open()
             if key not in self._keys:
                 # (not in memory, but maybe in the store: an upsert that raised after its commit)
-                return self._durable and _storable(key) and bool(self._store.delete(key))
+                return self._durable and bool(self._store.delete(key))
             if self._durable:
                 self._store.delete(key)  # committed first: a store that fails changes nothing
             self._forget(key)
@@ -2541,11 +2543,6 @@ class _Start(NamedTuple):
     last_error: str | None
     error: BaseException | None
     row: StoredKey | None
-
-
-def _storable(key: Any) -> bool:
-    """Whether a durable store can keep `key` (a str or an int)."""
-    return type(key) is str or (type(key) is int)
 
 
 def _check_key(key: Any) -> None:

@@ -529,12 +529,9 @@ class PostgresStore:
         self._do(work, f"write the state of {len(rows)} key(s)")
 
     def delete(self, key: Hashable) -> bool:
-        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed
-        (False for a key this store cannot hold: it is not in it)."""
-        try:
-            k = _key(key)
-        except (TypeError, ValueError):
-            return False
+        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed.
+        A key this store cannot hold is refused as put() refuses it (TypeError or ValueError naming key)."""
+        k = _key(key)
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> bool:

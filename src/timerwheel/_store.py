@@ -103,8 +103,8 @@ class KeyStore(Protocol):
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires (committed), keeping its generation as a floor for the generations
-        of keys stored anew (see put). True if it was stored; False for a key the store cannot hold (it
-        is not in it), never an error for the key."""
+        of keys stored anew (see put). True if it was stored. A key the store cannot hold is refused as
+        put() refuses it (TypeError or ValueError naming key), and nothing changes."""
         ...
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
@@ -777,11 +777,8 @@ class SQLiteStore:
 
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires, raising the generation floor to its generation (committed). True if
-        it was stored (False for a key this store cannot hold: it is not in it)."""
-        try:
-            k = encode_key(key)
-        except (TypeError, ValueError):
-            return False
+        it was stored. TypeError or ValueError (naming key) for a key this store cannot hold."""
+        k = encode_key(key)
         gone, floor = self._transaction(lambda db: self._delete(db, [k]))
         self._floor = max(self._floor, floor)
         return bool(gone)
