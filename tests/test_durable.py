@@ -168,6 +168,30 @@ def test_close_during_a_run_does_not_write_disabled_into_the_store(
     again.keyed.close()
 
 
+def test_a_run_going_on_past_close_removes_its_own_key_from_the_file(path: Path, clock: ManualClock) -> None:
+    """A one-shot job removes its key at its end; close() came during its run. The file is still held
+    for that run, and the remove reaches it: the next life does not run the key again. After the last
+    run ends (the file released), remove() is refused as upsert() is."""
+    life = Life(path, clock)
+    removed: list[bool] = []
+
+    def once(key: Any, data: Any) -> None:
+        life.keyed.close()  # (from the run: it does not wait for it)
+        removed.append(life.keyed.remove(key))
+
+    life.keyed._run = once  # type: ignore[method-assign]
+    life.keyed.start()
+    life.keyed.upsert("once", {"every": 10})
+    life.keyed.upsert("other", {"every": 100})
+    life.advance(10)
+    assert removed == [True]
+    with pytest.raises(RuntimeError, match="closed"):
+        life.keyed.remove("other")
+    again = Life(path, clock)
+    assert set(again.keyed) == {"other"}
+    again.keyed.close()
+
+
 def test_a_key_removed_and_upserted_again_keeps_its_generation_rising_across_lives(
     path: Path, clock: ManualClock
 ) -> None:

@@ -1043,7 +1043,9 @@ class KeyedScheduler:
         Raises:
             TypeError: the key is not hashable, or (a durable store) not a str or an int. ValueError: a key
                 its durable store cannot hold (as upsert() refuses it). RuntimeError: the KeyedScheduler
-                is closed. StoreError: the store failed. In each case nothing changed.
+                is closed (but for a SQLite store that a run going on past close() still holds: a job
+                that removes its own key at its end removes it from the file). StoreError: the store
+                failed. In each case nothing changed.
         """
         if self._shared:
             return bool(self._wait(self._remove_shared(key)))
@@ -1052,7 +1054,8 @@ class KeyedScheduler:
             encode_key(key)
         with self._lock:
             self._check_caller()
-            self._check_open()
+            if not (self._durable and self._store_open()):
+                self._check_open()
             if key not in self._keys:
                 # (not in memory, but maybe in the store: an upsert that raised after its commit)
                 return self._durable and bool(self._store.delete(key))
@@ -1328,6 +1331,7 @@ class KeyedScheduler:
                 return self._take_done(ctx, start, self._take(start))
         take = asyncio.wrap_future(self._writer().submit(self._take, start))
         cancelled: BaseException | None = None
+        cancels = 0
         while True:  # a cancel (run_timeout, the scheduler closing) waits for the take all the same:
             try:  # the store may have the fire as started, and the key's plan follows from the take
                 taken = await asyncio.shield(take)
@@ -1339,15 +1343,26 @@ class KeyedScheduler:
                             rec.handed = None
                         self._untake(rec, None)
                     raise
-                cancelled = exc
+                cancelled, cancels = exc, cancels + 1
         with self._lock:
             data = self._take_done(ctx, start, taken)
-        if cancelled is None:
+        if cancelled is None or data is _STALE:
+            if cancelled is not None:
+                raise cancelled
             return data
-        if data is not _STALE:  # taken, and cancelled before the job began: a run that ended at once,
-            # with the cancel as its error (its end is recorded, and the key's next fire planned from it)
-            self._end(rec, generation, data, ctx, cancelled, scheduled_for, ended=self._ended())
-            self._raise_held()
+        if ctx.timed_out:  # the run's timeout passed while its take waited for the store (a backlog of
+            # takes, a slow database): the fire is taken, and the job runs all the same, told by
+            # ctx.cancelled, as a ThreadedScheduler's job is; a fire is never lost to the wait for its take
+            task = asyncio.current_task()
+            for _ in range(cancels):
+                if task is not None:
+                    task.uncancel()
+            return data
+        # taken, and cancelled by something else before the job began (the scheduler closing under this
+        # KeyedScheduler): a run that ended at once, with the cancel as its error (recorded, and the key's
+        # next fire planned from it)
+        self._end(rec, generation, data, ctx, cancelled, scheduled_for, ended=self._ended())
+        self._raise_held()
         raise cancelled
 
     def _prepare_start(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:

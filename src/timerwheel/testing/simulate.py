@@ -349,7 +349,8 @@ class SimulatedCluster:
         self._quiet_since: float | None = None
         self._closed = False
         self._dead_tasks: list[asyncio.Task[Any]] = []  # the killed processes' tasks, never resumed
-        self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, the wall then)
+        self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, last covered)
+        self._beyond = False  # (a report being made counts a lower bound: see _watch_reports)
         self._loads: list[tuple[float, dict[Hashable, Any]]] = []  # (when, every key) a life loaded
         for _ in range(processes):
             self.add_process()
@@ -386,6 +387,7 @@ class SimulatedCluster:
             on_missed=lambda key, data, n, first, last: self._on_missed(process, key, n, first, last),
             **self._keyed,
         )
+        self._watch_reports(process.keyed)
         if self.kind == "sqlite":
             self._check_loaded(process)
         process.keyed.start()
@@ -737,8 +739,24 @@ class SimulatedCluster:
 
     def _on_missed(self, p: Process, key: Hashable, count: int, first: datetime, last: datetime) -> None:
         self.missed.append((p.name, key, count, first, last))
-        self._reports.append((key, first.timestamp(), p.keyed_wall()))
+        # (a report covers its points from first to last; one that counted only max_catch_up + 1 of them,
+        # a lower bound, covers those after it too, up to now)
+        self._reports.append((key, first.timestamp(), p.keyed_wall() if self._beyond else last.timestamp()))
         self._note(f"{p.name} missed {key!r} {count} from {first.isoformat()} to {last.isoformat()}")
+
+    def _watch_reports(self, keyed: KeyedScheduler) -> None:
+        """Note, for _on_missed, whether a report's count is a lower bound (more were missed than
+        max_catch_up + 1, the most that a start counts)."""
+        report = keyed._report_missed
+
+        def reported(rec: Any, skipped: list[float], beyond: bool) -> None:
+            self._beyond = beyond
+            try:
+                report(rec, skipped, beyond)
+            finally:
+                self._beyond = False
+
+        keyed._report_missed = reported  # type: ignore[method-assign]
 
     def _returned(self, p: Process, change: dict[str, Any]) -> None:
         """A change returned: it is committed (shared: the database has it)."""
@@ -835,6 +853,8 @@ class SimulatedCluster:
         reports: dict[Hashable, list[tuple[float, float]]] = {}
         for key, since, wall in self._reports:
             reports.setdefault(key, []).append((since, wall))
+        if self._keyed.get("recover", Recover.RERUN) is Recover.RERUN:
+            self._check_reruns()
         until = self.now - self.bound() - 1.0  # (points due since may still be on their way)
         for key, spans in self._histories().items():
             ran = {r.scheduled_for for r in runs.get(key, ())}
@@ -849,6 +869,54 @@ class SimulatedCluster:
                         "was reported missed, and no run went on over it",
                     )
                     return
+
+    def _superseded(self, key: Hashable, point: float, runs: dict[Hashable, list[SimRun]]) -> bool:
+        """Whether a change of the key came while the point still waited its turn (its key was working
+        through earlier fires: a catch-up queue behind a long run): a change supersedes the fires of the
+        old generation that it finds unrun. Not if a later fire of the key started before the change
+        (the point was passed by, not waiting)."""
+        asks = [
+            c["asked"]
+            for c in self.changes
+            if self._wall_at(c["asked"]) > point and (c["key"] == key or (c["what"] == "replace"))
+        ]
+        if not asks:
+            return False
+        change = min(asks)
+        return not any(r.scheduled_for / 1e6 > point and r.started < change for r in runs.get(key, ()))
+
+    def _check_reruns(self) -> None:
+        """recover=RERUN: a fire whose run a kill cut runs again, at a higher attempt, unless its key was
+        changed or removed since (its generation is no longer the store's)."""
+        for r in self.runs:
+            if r.ended is not None or self.process(r.process).died is None:
+                continue
+            self.checks += 1
+            if self._generation(r.key) != r.generation:
+                continue
+            if not any(
+                o.key == r.key
+                and o.generation == r.generation
+                and o.scheduled_for == r.scheduled_for
+                and o.attempt > r.attempt
+                for o in self.runs
+            ):
+                self._violate(
+                    "no-lost-fire",
+                    f"key {r.key!r}: its fire (g{r.generation}, {r.scheduled_for}), cut by the kill of "
+                    f"{r.process}, was not run again (recover=RERUN)",
+                )
+                return
+
+    def _generation(self, key: Hashable) -> int | None:
+        """The key's generation in the store now (None: not there)."""
+        if self.db is not None:
+            row = self.db.keys.get(key)
+            return None if row is None else int(row["generation"])
+        for p in self.live():
+            info = p.keyed.get(key)
+            return None if info is None else info.generation
+        return None
 
     def _histories(self) -> dict[Hashable, list[tuple[float, float, Any, float | None]]]:
         """Each key's calm spans of simulated time, with the data it had and the first fire its change
@@ -944,21 +1012,25 @@ class SimulatedCluster:
         runs: dict[Hashable, list[SimRun]],
         reports: dict[Hashable, list[tuple[float, float]]],
     ) -> bool:
-        """Whether a point that did not run was reported missed, or passed over by a run of its key."""
-        for first, wall in reports.get(key, ()):
-            if first - 1e-6 <= point <= wall:
+        """Whether a point that did not run was reported missed, or passed over by a run of its key: under
+        AFTER_FINISH, a point after a run's start and not after its end (next_run is asked from the
+        end). A point between a run's fire and its start is not passed over by it: the run of a fire
+        that is late (a rerun, a catch-up) says nothing of the points after it, which the catch-up
+        decides about (and a late regular fire is near a fault, where points are not judged)."""
+        for first, last in reports.get(key, ()):
+            if first - 1e-6 <= point <= last + 1e-6:
                 return True
-        after_finish = self._reschedule is Reschedule.AFTER_FINISH
+        if self._superseded(key, point, runs):
+            return True
+        if self._reschedule is not Reschedule.AFTER_FINISH:
+            return False
         for r in runs.get(key, ()):
-            if r.scheduled_for / 1e6 >= point:
+            if r.wall >= point + 1e-6:
                 continue
-            over = r.wall
-            if after_finish:
-                if r.ended_wall is not None:
-                    over = max(over, r.ended_wall)
-                else:
-                    died = self.process(r.process).died
-                    over = math.inf if died is None else self._wall_at(died)
+            if r.ended_wall is not None:
+                over = r.ended_wall
+            else:  # (a run cut by a kill: its end never came, and the next holder decides the rest)
+                over = math.inf if self.process(r.process).died is None else r.wall
             if point <= over:
                 return True
         return False
