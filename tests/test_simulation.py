@@ -62,6 +62,7 @@ FOUND = [
     ("shared", 1831, "a fire left unfinished, later than the row's last fire, was rerun and caught up too"),
     ("shared", 1854, "an upsert whose first fire was the old generation's fire being taken wedged the key"),
     ("shared", 1955, "the take of an older generation's fire emptied the newer one's queue: the key stopped"),
+    ("shared", 54, "the oracle took a killed rerun for lost, though the zombie run it followed had ended"),
 ]
 
 

@@ -887,7 +887,8 @@ class SimulatedCluster:
 
     def _check_reruns(self) -> None:
         """recover=RERUN: a fire whose run a kill cut runs again, at a higher attempt, unless its key was
-        changed or removed since (its generation is no longer the store's)."""
+        changed or removed since (its generation is no longer the store's), or another run of it ended
+        (a run whose lease lapsed, which went on to its end: the fire ran)."""
         for r in self.runs:
             if r.ended is not None or self.process(r.process).died is None:
                 continue
@@ -898,7 +899,7 @@ class SimulatedCluster:
                 o.key == r.key
                 and o.generation == r.generation
                 and o.scheduled_for == r.scheduled_for
-                and o.attempt > r.attempt
+                and (o.attempt > r.attempt or o.ended is not None)
                 for o in self.runs
             ):
                 self._violate(
