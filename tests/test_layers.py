@@ -1,0 +1,245 @@
+"""The package's shape, checked: which module imports which (no cycle but the ones listed), and which module
+reaches into another module's private names (none but the ones listed).
+
+Both lists are ratchets: a new cycle or a new private reach fails, and so does an entry that no longer
+occurs (delete it from the list: the list only shrinks). The source is read with `ast`, nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import timerwheel
+
+PACKAGE = Path(timerwheel.__file__).parent
+
+# The compiled builds of a module stand for its source (`_scheduler_c` is `_scheduler.py` compiled).
+FOLDED = {"_scheduler_c": "_scheduler", "_driver_c": "_driver", "_core_c": "_core_py"}
+
+# Import cycles that exist today (each a set of modules).
+ALLOWED_CYCLES = [
+    # the engine's build pick imports the drivers' base, which imports the engine's names from the pick
+    {"_engine", "_driver"},
+    # the testing package loads its simulation lazily, and the simulation takes VirtualTimeLoop from it
+    {"testing", "testing.simulate"},
+]
+
+# (module, name): a private name of another module that a module uses today.
+ALLOWED_PRIVATE = {
+    ("_asyncio", "_State"),
+    ("_asyncio", "_engine"),
+    ("_asyncio", "_thread_id"),
+    ("_asyncio", "_wake_below"),
+    ("_driver", "_is_coroutine_marker"),
+    ("_driver", "_schedule_at"),
+    ("_driver", "_schedule_in"),
+    ("_driver", "_store"),
+    ("_driver", "_thread_id"),
+    ("_keyed", "_cal"),
+    ("_keyed", "_calls"),
+    ("_keyed", "_latest"),
+    ("_keyed", "_loop"),
+    ("_keyed", "_owner"),
+    ("_keyed", "_state"),
+    ("_keyed", "_stop"),
+    ("_postgres", "_fire_row"),
+    ("_postgres", "_key_row"),
+    ("_postgres", "_shared_adopt"),
+    ("_postgres", "_shared_changed"),
+    ("_postgres", "_shared_flush"),
+    ("_postgres", "_shared_lost"),
+    ("_postgres", "_shared_reconcile"),
+    ("_postgres", "_shared_shed"),
+    ("_postgres", "_shared_stamp"),
+    ("_postgres", "_stored_key"),
+    ("_scheduler", "_add_id"),
+    ("_scheduler", "_cancel_id"),
+    ("_scheduler", "_move_id"),
+    ("_threaded", "_is_owned"),
+    ("_threaded", "_wake_below"),
+    ("testing", "_idle_changed"),
+    ("testing", "_is_idle"),
+    ("testing._simstore", "_shared_adopt"),
+    ("testing._simstore", "_shared_changed"),
+    ("testing._simstore", "_shared_flush"),
+    ("testing._simstore", "_shared_lost"),
+    ("testing._simstore", "_shared_reconcile"),
+    ("testing._simstore", "_shared_shed"),
+    ("testing._simstore", "_shared_stamp"),
+    ("testing.simulate", "_db"),
+    ("testing.simulate", "_heard"),
+    ("testing.simulate", "_owner_fd"),
+    ("testing.simulate", "_ready"),
+    ("testing.simulate", "_report_missed"),
+    ("testing.simulate", "_scheduled"),
+    ("testing.simulate", "_virtual"),
+    ("testing.simulate", "_wall"),
+}
+
+
+def modules() -> Iterator[tuple[str, ast.Module]]:
+    """Every Python module of the package: its dotted name below timerwheel, and its tree."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(p for p in parts if p != "__init__") or "__init__"
+        yield name, ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
+    """The package modules an `from ... import ...` in `module` reaches (relative or absolute)."""
+    if node.level:
+        base = module.split(".")
+        is_package = (PACKAGE / Path(*module.split("."))).is_dir() or module == "__init__"
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+        if module == "__init__":
+            base = []
+        stem = ".".join([*base, *(node.module.split(".") if node.module else [])])
+    elif node.module and node.module.startswith("timerwheel"):
+        stem = node.module.removeprefix("timerwheel").lstrip(".")
+    else:
+        return []
+    targets = []
+    for alias in node.names:
+        sub = f"{stem}.{alias.name}" if stem else alias.name
+        known = {name for name, _ in _ALL}
+        targets.append(sub if sub in known else (stem or "__init__"))
+    return [FOLDED.get(t, t) for t in targets]
+
+
+_ALL = list(modules())
+MODULES = {part for name, _ in _ALL for part in name.split(".")} | set(FOLDED)
+
+
+def imports() -> dict[str, set[str]]:
+    """module: the package modules it imports (at the top, in a function, or for type checkers)."""
+    graph: dict[str, set[str]] = {name: set() for name, _ in _ALL}
+    for name, tree in _ALL:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                graph[name].update(t for t in _resolve(name, node) if t != name and t != "__init__")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("timerwheel."):
+                        target = alias.name.removeprefix("timerwheel.")
+                        graph[name].add(FOLDED.get(target, target))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The private names a module defines: functions, classes, names and attributes it assigns, slots."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and ast.unparse(node.value) in ("self", "cls")
+        ):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            names.update(
+                c.value
+                for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )
+    return {n for n in names if isinstance(n, str) and n.startswith("_")}
+
+
+def private_reach() -> set[tuple[str, str]]:
+    """(module, name): an `x._name` (x not self or cls), a `getattr(x, "_name")` or a `from m import _name`
+    in a module that does not define `_name` itself."""
+    pxd = {
+        src: set(re.findall(r"\b(_[a-z]\w*)\b", (PACKAGE / f"{pxd}.pxd").read_text()))
+        for pxd, src in FOLDED.items()
+        if (PACKAGE / f"{pxd}.pxd").exists()
+    }
+    found: set[tuple[str, str]] = set()
+    for name, tree in _ALL:
+        own = _defined(tree) | pxd.get(name, set())
+        for node in ast.walk(tree):
+            used: list[str] = []
+            if isinstance(node, ast.Attribute) and ast.unparse(node.value) not in ("self", "cls", "super()"):
+                used.append(node.attr)
+            elif isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("timer")):
+                used += [alias.name for alias in node.names if alias.name not in MODULES]
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+            ):
+                used.append(node.args[1].value)
+            found.update(
+                (name, n) for n in used if n.startswith("_") and not n.startswith("__") and n not in own
+            )
+    return found
+
+
+def test_no_import_cycle_but_the_listed_ones() -> None:
+    found = cycles(imports())
+    new = [c for c in found if c not in ALLOWED_CYCLES]
+    gone = [c for c in ALLOWED_CYCLES if c not in found]
+    assert new == [], f"new import cycles: {new}"
+    assert gone == [], f"cycles that no longer occur (delete them from ALLOWED_CYCLES): {gone}"
+
+
+def test_no_module_reaches_into_another_modules_private_names_but_the_listed_ones() -> None:
+    found = private_reach()
+    new = sorted(found - ALLOWED_PRIVATE)
+    gone = sorted(ALLOWED_PRIVATE - found)
+    assert new == [], f"new private reaches (offer a public name instead): {new}"
+    assert gone == [], f"reaches that no longer occur (delete them from ALLOWED_PRIVATE): {gone}"
+
+
+def test_the_checks_see_a_cycle_and_a_private_reach() -> None:
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
+    tree = ast.parse("def f(engine):\n    engine._calls += 1\n    return getattr(engine, '_cal')\n")
+    assert _defined(tree) == set()
+    assert {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} == {"_calls"}
