@@ -189,17 +189,19 @@ class _Key(WallTimer):
         # take again, with the same started_at, which a store takes at the same attempt.
         self.retake: tuple[int, float, int] | None = None
 
-    def row(self, data: str, state: KeyState | None = None) -> StoredKey:
-        """Its row for a durable store, with `data` its JSON (and another state, if given)."""
-        return StoredKey(
-            self.key,
-            data,
-            self.generation,
-            (state or self.state).value,
-            _us(self.next_run_at),
-            _us(self.last_scheduled_for),
-            self.last_error,
-        )
+    def row(
+        self,
+        data: str,
+        generation: int,
+        state: KeyState,
+        at: float | None,
+        last_error: str | None,
+        started: float | None = None,
+    ) -> StoredKey:
+        """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
+        error), and its latest started fire (`started`, or its own). The one place a row is made."""
+        latest = self.last_scheduled_for if started is None else started
+        return StoredKey(self.key, data, generation, state.value, _us(at), _us(latest), last_error)
 
     def fire(self) -> None:
         """Its next run came (drain() calls it): hand the run to the scheduler."""
@@ -879,9 +881,7 @@ class KeyedScheduler:
         if rec is None:
             rec = self._new_record(key, _Stored(encoded))
         state, at, last_error = self._outcome(rec, result)
-        row = StoredKey(
-            key, encoded, rec.generation + 1, state.value, _us(at), _us(rec.last_scheduled_for), last_error
-        )
+        row = rec.row(encoded, rec.generation + 1, state, at, last_error)
         return _Change(rec, encoded, state, at, last_error, result, row)
 
     def _changed(self, change: _Change, generation: int) -> None:
@@ -1410,14 +1410,13 @@ class KeyedScheduler:
             state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
         row = None
         if self._durable:
-            row = StoredKey(
-                rec.key,
+            row = rec.row(
                 self._encode(rec.data),
                 generation,
-                (KeyState.RUNNING if state is not KeyState.INVALID else state).value,
-                _us(at),
-                _micro(_latest_started(rec, scheduled_for, rerun)),
+                KeyState.RUNNING if state is not KeyState.INVALID else state,
+                at,
                 last_error,
+                _latest_started(rec, scheduled_for, rerun),
             )
         rec.running += 1
         retake = rec.retake
@@ -1695,15 +1694,7 @@ class KeyedScheduler:
             if self._durable and self._store_open():
                 row = None
                 if outcome is not None:
-                    row = StoredKey(
-                        rec.key,
-                        self._encode(rec.data),
-                        generation,
-                        outcome[0].value,
-                        _us(outcome[1]),
-                        _us(rec.last_scheduled_for),
-                        outcome[2],
-                    )
+                    row = rec.row(self._encode(rec.data), generation, *outcome)
                 message = (
                     _describe(error)
                     if error is not None
@@ -1749,15 +1740,7 @@ class KeyedScheduler:
                 result = self._evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
                 outcome = self._outcome(rec, result)
             if self._durable:
-                row = StoredKey(
-                    rec.key,
-                    self._encode(rec.data),
-                    generation,
-                    outcome[0].value,
-                    _us(outcome[1]),
-                    _us(rec.last_scheduled_for),
-                    outcome[2],
-                )
+                row = rec.row(self._encode(rec.data), generation, *outcome)
                 # (a store that fails: the key is armed all the same; its row is written at its fire)
                 self._write(self._save, [row], [], f"the dropped run of key {rec.key!r}")
             self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
@@ -1931,15 +1914,7 @@ class KeyedScheduler:
         # (next_run is user code: it may have removed or replaced a key meanwhile; that one is left be)
         plans = [p for p in plans if self._keys.get(p[0].key) is p[0] and p[0].generation == p[1]]
         rows = [
-            StoredKey(
-                rec.key,
-                self._encode(rec.data),
-                generation,
-                plan.state.value,
-                _us(plan.at),
-                _us(rec.last_scheduled_for),
-                plan.last_error,
-            )
+            rec.row(self._encode(rec.data), generation, plan.state, plan.at, plan.last_error)
             for rec, generation, plan in plans
             if plan.queue
             or (plan.state, plan.at, plan.last_error) != (rec.state, rec.next_run_at, rec.last_error)
