@@ -40,11 +40,11 @@ from ._store import (
     StoredFire,
     StoredKey,
     StoreError,
-    _fire_row,
-    _key_row,
-    _stored_key,
     decode_key,
     encode_key,
+    fire_row,
+    key_row,
+    stored_key,
 )
 from ._validate import seconds as _seconds
 
@@ -153,8 +153,8 @@ _SCHEMA = [
 
 
 def _held_row(key: Any, generation: int) -> tuple[Hashable, int]:
-    """A key held and its generation, its key checked as _key_row checks it."""
-    return _stored_key(key), generation
+    """A key held and its generation, its key checked as key_row checks it."""
+    return stored_key(key), generation
 
 
 _COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
@@ -773,7 +773,7 @@ class PostgresStore:
                 ).fetchall()
                 # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
                 # another program) is given back at once, exactly as it is, and the others go on.
-                keys, unreadable = self._readable(rows, _key_row, "timerwheel_keys")
+                keys, unreadable = self._readable(rows, key_row, "timerwheel_keys")
                 fires: list[StoredFire] = []
                 if keys:
                     fires, bad = self._readable(
@@ -782,7 +782,7 @@ class PostgresStore:
                             "WHERE finished_at IS NULL AND key = ANY(%s) ORDER BY key, scheduled_for",
                             ([encode_key(row.key) for row in keys],),
                         ).fetchall(),
-                        _fire_row,
+                        fire_row,
                         "timerwheel_fires",
                     )
                     if bad:  # (a key with a fire it cannot read is left as it is, with its fires)
@@ -801,7 +801,7 @@ class PostgresStore:
     def _readable(
         self, rows: list[tuple[Any, ...]], read: Callable[..., Any], table: str
     ) -> tuple[list[Any], set[str]]:
-        """Rows checked as they are read (_key_row, _fire_row): those it can read, and the stored keys of
+        """Rows checked as they are read (key_row, fire_row): those it can read, and the stored keys of
         those it cannot, each logged once (a StoreError's message naming the database and the row)."""
         good, bad = [], set()
         for row in rows:

@@ -218,7 +218,7 @@ def _no_constant(name: str) -> Any:
 _JSON = json.JSONDecoder(parse_constant=_no_constant)  # strict: what the keyed layer writes (allow_nan=False)
 
 
-def _stored_key(text: Any) -> Hashable:
+def stored_key(text: Any) -> Hashable:
     """A stored key decoded. ValueError unless it is the JSON that encode_key writes for a str or an int
     (so that no two rows are one key)."""
     if type(text) is not str:
@@ -243,9 +243,9 @@ def _check_time(what: str, value: Any) -> None:
         _check_int(what, value, _MIN_US, _MAX_US)
 
 
-def _key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> StoredKey:
+def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> StoredKey:
     """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
-    key = _stored_key(k)
+    key = stored_key(k)
     if type(d) is not str:
         raise ValueError(f"its data is {type(d).__name__}, not JSON text")
     try:
@@ -268,9 +268,9 @@ def _key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> Store
     return StoredKey(key, d, g, s, n, last, e)
 
 
-def _fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:
-    """A row of timerwheel_fires (unfinished), checked as _key_row checks a key's."""
-    key = _stored_key(k)
+def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:
+    """A row of timerwheel_fires (unfinished), checked as key_row checks a key's."""
+    key = stored_key(k)
     _check_int("generation", g, 0)
     _check_int("scheduled_for", at, _MIN_US, _MAX_US)
     _check_int("attempts", attempts, 1)
@@ -685,7 +685,7 @@ class SQLiteStore:
         fires = []
         for k, g, at, n in raw:
             try:
-                fires.append(_fire_row(k, g, at, n))
+                fires.append(fire_row(k, g, at, n))
             except ValueError as exc:
                 raise _unreadable(self.name, "timerwheel_fires", k, exc) from None
         return self._keys(), fires
@@ -709,7 +709,7 @@ class SQLiteStore:
                 return
             for row in rows:
                 try:
-                    yield _key_row(*row)
+                    yield key_row(*row)
                 except ValueError as exc:
                     raise _unreadable(self.name, "timerwheel_keys", row[0], exc) from None
 
