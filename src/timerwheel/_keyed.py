@@ -515,7 +515,7 @@ class KeyedScheduler:
             if rows or finished:
                 self._store.save(rows, finished)
             self._engine = engine
-            self._wall = engine._cal.clock
+            self._wall = engine.wall_clock
             self._started = True
             self._group = self._keys.values()
             engine.add_calendar(self._group)  # a step of the wall clock moves the keys' timers
@@ -1284,10 +1284,11 @@ class KeyedScheduler:
         The fire is the head of the key's catch-up queue if it has one, else its next run."""
         engine = self._engine
         assert engine is not None
-        if rec.last_call == engine._calls:  # fired in this drain() call already (a next_run in the past):
-            engine.add_timer(rec, engine._latest + _AGAIN)  # the next pass runs it, never this one again
+        calls = engine.drain_calls
+        if rec.last_call == calls:  # fired in this drain() call already (a next_run in the past):
+            engine.defer_timer(rec)  # the next pass runs it, never this one again
             return
-        rec.last_call = engine._calls
+        rec.last_call = calls
         queue = rec.catch_up
         if queue:  # (it stays at the head until its run begins: a key given away meanwhile keeps it)
             scheduled_for, rerun = queue[0]
@@ -1604,7 +1605,7 @@ class KeyedScheduler:
                 exc_info=exc,
             )
             engine = self._engine
-            return max(fallback, engine._cal.now if engine is not None else fallback)
+            return max(fallback, engine.last_wall if engine is not None else fallback)
 
     def _retry(
         self,
@@ -2411,7 +2412,6 @@ def _drain_at_exit() -> None:
 
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
 _in_async_run: contextvars.ContextVar[bool] = contextvars.ContextVar("timerwheel_in_keyed_run", default=False)
-_AGAIN = 0.001  # seconds: a key that next_run puts in the past again runs at the next pass
 
 
 def _discard(awaitable: Any) -> None:

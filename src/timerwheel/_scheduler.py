@@ -66,6 +66,9 @@ _FIXED_RATE = RepeatMode.FIXED_RATE
 #: (Slower drift, an NTP slew, is absorbed where it matters: a calendar task never fires before its wall
 #: time, whatever the offset said when it was armed.)
 _WALL_STEP = 0.001
+# seconds after the latest time read: a timer deferred to the next pass of drain() (defer_timer) is due there,
+# never in the pass that is going on (one that would fire again at once runs once per pass)
+_NEXT_PASS = 0.001
 _MAX_ID = 1 << 63  # timer ids are below this (see TimerStore)
 #: The kinds of plain timer that stats() counts apart (its fields of these names): a Timer subclass names
 #: its own in its class attribute `kind`; "timers" (Timer's) is no kind of its own, counted only in the
@@ -1004,6 +1007,28 @@ class _Engine:
         self._timers[kind] += 1
         if due < self._wake_below and not self._draining:
             self._wake(due)
+
+    def defer_timer(self, timer: Timer) -> None:
+        """Arm a plain timer (not armed) for the next pass of drain(), never the one going on: due _NEXT_PASS
+        after the latest time read. For a timer that fired in this pass and would fire again at once (see
+        drain_calls). O(1)."""
+        self.add_timer(timer, self._latest + _NEXT_PASS)
+
+    @property
+    def drain_calls(self) -> int:
+        """How many drain() calls have begun: a timer that notes it as it fires tells whether it fired in
+        the pass going on already (then defer_timer() arms it for the next)."""
+        return int(self._calls)
+
+    @property
+    def wall_clock(self) -> Callable[[], float]:
+        """The wall clock this scheduler reads (the callable itself; wall() calls it)."""
+        return self._cal.clock
+
+    @property
+    def last_wall(self) -> float:
+        """The wall time read last (the calendar's): what a caller falls back on when the clock fails."""
+        return float(self._cal.now)
 
     def move_timer(self, timer: Timer, due: float) -> bool:
         """Move an armed plain timer to `due`. O(1). False (nothing changed) if it is not armed."""
