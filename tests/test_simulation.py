@@ -63,6 +63,7 @@ FOUND = [
     ("shared", 1854, "an upsert whose first fire was the old generation's fire being taken wedged the key"),
     ("shared", 1955, "the take of an older generation's fire emptied the newer one's queue: the key stopped"),
     ("shared", 54, "the oracle took a killed rerun for lost, though the zombie run it followed had ended"),
+    ("sqlite", 300401, "the oracle took the fires still queued in a long catch-up (ALL, 100) for lost"),
 ]
 
 

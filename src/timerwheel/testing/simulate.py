@@ -885,6 +885,15 @@ class SimulatedCluster:
         change = min(asks)
         return not any(r.scheduled_for / 1e6 > point and r.started < change for r in runs.get(key, ()))
 
+    def _behind(self, key: Hashable, point: float) -> bool:
+        """Whether the key's holder has not come to the point yet: its next run is at or before it (a
+        long catch-up queue, run one fire after another, is still on its way there)."""
+        holder = self.holder(key)
+        info = None if holder is None else holder.keyed.get(key)
+        return (
+            info is not None and info.next_run_at is not None and info.next_run_at.timestamp() <= point + 1e-6
+        )
+
     def _check_reruns(self) -> None:
         """recover=RERUN: a fire whose run a kill cut runs again, at a higher attempt, unless its key was
         changed or removed since (its generation is no longer the store's), or another run of it ended
@@ -1021,7 +1030,7 @@ class SimulatedCluster:
         for first, last in reports.get(key, ()):
             if first - 1e-6 <= point <= last + 1e-6:
                 return True
-        if self._superseded(key, point, runs):
+        if self._superseded(key, point, runs) or self._behind(key, point):
             return True
         if self._reschedule is not Reschedule.AFTER_FINISH:
             return False
