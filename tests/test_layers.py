@@ -38,7 +38,6 @@ ALLOWED_PRIVATE = {
     ("_driver", "_schedule_in"),
     ("_driver", "_store"),
     ("_driver", "_thread_id"),
-    ("_keyed", "_loop"),
     ("_keyed", "_owner"),
     ("_keyed", "_state"),
     ("_keyed", "_stop"),

@@ -769,3 +769,8 @@ class AsyncScheduler(DriverBase):
     def timed_out(self, run: Run) -> None:
         """A coroutine job past its timeout: its task is cancelled (the run fails with TimeoutError)."""
         self._tasks.cancel(run)
+
+
+def loop_of(scheduler: AsyncScheduler) -> asyncio.AbstractEventLoop:
+    """The event loop an AsyncScheduler runs on (for the layers above it: the keyed layer posts to it)."""
+    return scheduler._loop

@@ -556,6 +556,30 @@ def _uninitialised(driver: DriverBase) -> AttributeError:
     return AttributeError(f"{type(driver).__name__} is not initialised: its __init__() did not run")
 
 
+# -- what the layers above a driver may ask of it (the keyed layer), without its private attributes --------
+
+
+def engine_of(driver: DriverBase) -> Scheduler:
+    """The driver's engine (once it is started; None before)."""
+    return driver._engine
+
+
+def lifecycle_of(driver: DriverBase) -> Lifecycle:
+    """Where the driver is in its life: NEW, RUNNING, STOPPED or CLOSED."""
+    return driver._state
+
+
+def check_caller(driver: DriverBase) -> None:
+    """Raise what the driver raises for a call from a thread it does not take calls from (an
+    AsyncScheduler, from another thread than its loop's while it runs); nothing for the others."""
+    driver._check_caller()
+
+
+def lock_of(driver: DriverBase) -> Any:
+    """The lock under which the driver touches its engine (a ThreadedScheduler's; its own for others)."""
+    return driver._lock
+
+
 def is_async(fn: Callable[..., Any]) -> bool:
     """Whether fn is a coroutine function, or an object whose __call__ is one (a coroutine job)."""
     if type(fn) is _FUNCTION and getattr(fn, "_is_coroutine_marker", None) is None:

@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING
 from ._core import BACKEND
 
 if TYPE_CHECKING:
-    from ._driver import CALENDAR_WAKE, DriverBase, is_async
+    from ._driver import (
+        CALENDAR_WAKE,
+        DriverBase,
+        check_caller,
+        engine_of,
+        is_async,
+        lifecycle_of,
+        lock_of,
+    )
     from ._scheduler import Driver, JobContext, Run, Scheduler, Timer, TimerStore, WallTimer, log_safely
 
     ENGINE: str
@@ -48,7 +56,11 @@ else:
         from . import _driver as _drivers
     CALENDAR_WAKE = _drivers.CALENDAR_WAKE
     DriverBase = _drivers.DriverBase
+    check_caller = _drivers.check_caller
+    engine_of = _drivers.engine_of
     is_async = _drivers.is_async
+    lifecycle_of = _drivers.lifecycle_of
+    lock_of = _drivers.lock_of
 
 __all__ = [
     "CALENDAR_WAKE",
@@ -61,6 +73,10 @@ __all__ = [
     "Timer",
     "TimerStore",
     "WallTimer",
+    "check_caller",
+    "engine_of",
     "is_async",
+    "lifecycle_of",
+    "lock_of",
     "log_safely",
 ]

@@ -31,7 +31,17 @@ from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from ._clock import utc_not_after
-from ._engine import JobContext, Scheduler, WallTimer, log_safely
+from ._engine import (
+    DriverBase,
+    JobContext,
+    Scheduler,
+    WallTimer,
+    check_caller,
+    engine_of,
+    lifecycle_of,
+    lock_of,
+    log_safely,
+)
 from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
 from ._types import ClosedError, Lifecycle, RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds
@@ -409,7 +419,9 @@ class KeyedScheduler:
         self._keys: dict[Hashable, _Key] = {}
         # One lock: a ThreadedScheduler's own (the engine is touched under it), else one of ours (a run
         # on a worker thread reports under it; callbacks may call back in).
-        self._lock: Any = scheduler._lock if isinstance(scheduler, ThreadedScheduler) else threading.RLock()
+        self._lock: Any = (
+            lock_of(scheduler) if isinstance(scheduler, ThreadedScheduler) else threading.RLock()
+        )
         self._thread_lock = self._lock if isinstance(scheduler, ThreadedScheduler) else None
         self._wall: Callable[[], float] = scheduler.wall  # until start(): then the engine's wall clock
         self._idle = threading.Condition(self._lock)  # close() waits on it for the running runs
@@ -504,7 +516,7 @@ class KeyedScheduler:
                 self._sched.start()
                 self._owns_scheduler = True
             self._check_caller()
-            engine = self._sched if isinstance(self._sched, Scheduler) else self._sched._engine
+            engine = self._sched if isinstance(self._sched, Scheduler) else engine_of(self._sched)
             wall_now = engine.wall()
             # The stored keys' plans are decided, then written in one transaction, before anything is
             # armed or any callback runs: a store that fails leaves the KeyedScheduler as it was (start()
@@ -735,14 +747,11 @@ class KeyedScheduler:
             return KeyedStats(keys=len(self._keys), **self._counts)
 
     def _sched_is_new(self) -> bool:
-        from ._engine import DriverBase
-        from ._types import Lifecycle
-
-        return isinstance(self._sched, DriverBase) and self._sched._state is Lifecycle.NEW
+        return isinstance(self._sched, DriverBase) and lifecycle_of(self._sched) is Lifecycle.NEW
 
     def _check_caller(self) -> None:
         if self._async:
-            self._sched._check_caller()  # an AsyncScheduler is touched on its loop's thread only
+            check_caller(self._sched)  # an AsyncScheduler is touched on its loop's thread only
 
     def _in_a_run(self) -> bool:
         return bool(getattr(_running, "depth", 0)) or _in_async_run.get()
@@ -2014,8 +2023,10 @@ class KeyedScheduler:
                 )
 
         if self._async:
+            from ._asyncio import loop_of
+
             with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
-                self._sched._loop.call_soon_threadsafe(guarded)
+                loop_of(self._sched).call_soon_threadsafe(guarded)
             return
         # A ThreadedScheduler: a thread of ours applies it, in order, so that the store's threads never
         # wait for the scheduler's lock (a driver that waits for a free worker holds it: the leases would
@@ -2423,7 +2434,7 @@ def _discard(awaitable: Any) -> None:
 
 def _check_scheduler_open(scheduler: Any) -> None:
     """ClosedError if `scheduler` is a driver that was closed: nothing would ever run on it."""
-    if getattr(scheduler, "_state", None) is _CLOSED:
+    if isinstance(scheduler, DriverBase) and lifecycle_of(scheduler) is _CLOSED:
         raise ClosedError(f"the scheduler is closed: {scheduler!r} runs nothing any more")
 
 
