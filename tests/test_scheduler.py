@@ -23,7 +23,7 @@ from timerwheel import (
     Stats,
     TimerInfo,
 )
-from timerwheel._engine import Run, Timer
+from timerwheel.drivers import TIMER_KINDS, Run, Timer, WallTimer
 from timerwheel.testing import ManualClock
 
 from .conftest import BACKENDS
@@ -1205,6 +1205,31 @@ def test_stats_count_the_armed_timers_by_kind(make: MakeSched, clock: ManualCloc
     assert (stats.timers, stats.keys, stats.handles, log) == (2, 1, 0, ["h", "k2"])
     released = s.release_timers()
     assert released == [plain, keys[0]] and s.stats() == Stats(executed=1)
+
+
+def test_a_timer_subclassed_from_the_extension_api_is_the_engines_in_either_build(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    """timerwheel.drivers gives the engine's own Timer and WallTimer, of the build in use: a subclass of
+    them is armed, counted by its kind and fired by a Scheduler, compiled or pure Python. (The pure twin's
+    module, timerwheel._scheduler, is not the compiled engine's: a subclass of its Timer failed there.)"""
+    s = make(clock)
+    assert Timer.__module__ == WallTimer.__module__ == Scheduler.__module__
+    assert issubclass(WallTimer, Timer) and "handles" in TIMER_KINDS
+    fired: list[str] = []
+
+    class Handle(Timer):
+        kind = "handles"
+
+        def fire(self) -> None:
+            fired.append("handle")
+
+    handle = Handle()
+    s.add_timer(handle, clock() + 1)
+    assert (s.stats().handles, handle.due, handle.id is not None) == (1, clock() + 1, True)
+    clock.advance(1)
+    s.run_pending()
+    assert (fired, s.stats().handles, handle.id) == (["handle"], 0, None)
 
 
 def test_stats_count_the_deadlines_of_runs_going_on(make: MakeSched, clock: ManualClock) -> None:

@@ -25,7 +25,17 @@ if TYPE_CHECKING:
         lifecycle_of,
         lock_of,
     )
-    from ._scheduler import Driver, JobContext, Run, Scheduler, Timer, TimerStore, WallTimer, log_safely
+    from ._scheduler import (
+        TIMER_KINDS,
+        Driver,
+        JobContext,
+        Run,
+        Scheduler,
+        Timer,
+        TimerStore,
+        WallTimer,
+        log_safely,
+    )
 
     ENGINE: str
 else:
@@ -39,6 +49,7 @@ else:
             pass
     if ENGINE == "python":
         from . import _scheduler as _build
+    TIMER_KINDS = _build.TIMER_KINDS
     Driver = _build.Driver
     JobContext = _build.JobContext
     Run = _build.Run
@@ -65,6 +76,7 @@ else:
 __all__ = [
     "CALENDAR_WAKE",
     "ENGINE",
+    "TIMER_KINDS",
     "Driver",
     "DriverBase",
     "JobContext",
