@@ -10,6 +10,7 @@ test_asyncio.py.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import threading
@@ -24,15 +25,18 @@ from timerwheel import (
     Backpressure,
     ClockError,
     ClosedError,
+    HeapScheduler,
     JobContext,
     JobEvent,
     Missed,
     NotStartedError,
     RepeatMode,
+    Scheduler,
     ThreadedScheduler,
 )
+from timerwheel._engine import DriverBase
 from timerwheel._heap import HeapQueue
-from timerwheel._types import Lifecycle
+from timerwheel._types import DRIVER_MISSED, ENGINE_MISSED, Lifecycle
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
 
 from .conftest import BACKENDS
@@ -733,3 +737,31 @@ def test_stats_count_the_deadlines_of_the_runs_going_on(h: Harness) -> None:
     h.advance(1)
     h.advance(1)
     assert seen == [(1, 1), (0, 0)] and sched.stats().deadlines == 0
+
+
+def _parameters(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("method", ["schedule", "schedule_at", "schedule_cron"])
+def test_the_schedule_signatures_agree_between_the_engine_and_every_driver(method: str) -> None:
+    """The engine's schedule methods and the drivers' take the same arguments, in the same order, with
+    the same defaults, in the build in use; they differ only where documented: the engine takes
+    `options` and defaults `missed` to ENGINE_MISSED, a driver takes `context` and `timeout` and its
+    `missed=None` means the driver's own default (DRIVER_MISSED unless its constructor says otherwise)."""
+    engine = _parameters(getattr(Scheduler, method))
+    assert _parameters(getattr(HeapScheduler, method)) == engine
+    driver = _parameters(getattr(DriverBase, method))
+    for cls in (ThreadedScheduler, AsyncScheduler):
+        assert _parameters(getattr(cls, method)) == driver, cls
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    assert engine[-1] == ("options", keyword, None)
+    assert driver[-2:] == [("context", keyword, False), ("timeout", keyword, None)]
+    if method == "schedule_cron":  # (a cron schedule has no `missed`: its points are its grid)
+        assert engine[:-1] == driver[:-2]
+    else:
+        assert engine[-2] == ("missed", keyword, ENGINE_MISSED) and driver[-3] == ("missed", keyword, None)
+        assert engine[:-2] == driver[:-3]
+    for cls in (ThreadedScheduler, AsyncScheduler):
+        assert inspect.signature(cls).parameters["missed"].default is DRIVER_MISSED
+    assert (ENGINE_MISSED, DRIVER_MISSED) == (Missed.DELAY, Missed.SKIP)

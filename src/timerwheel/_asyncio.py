@@ -23,7 +23,7 @@ from typing import Any
 from ._clock import Clock
 from ._engine import CALENDAR_WAKE, DriverBase, Run, Timer, TimerStore
 from ._pool import TaskPool
-from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
+from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, deadline, function, member
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
@@ -388,7 +388,7 @@ class AsyncScheduler(DriverBase):
         levels: int | None = None,
         max_concurrency: int | None = None,
         backpressure: Backpressure = Backpressure.BLOCK,
-        missed: Missed = Missed.SKIP,
+        missed: Missed = DRIVER_MISSED,
         observer: Callable[[JobEvent], object] | None = None,
         error_handler: Callable[[int, BaseException], object] | None = None,
         logger: logging.Logger | None = None,

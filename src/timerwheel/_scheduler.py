@@ -35,7 +35,7 @@ except ImportError:  # no Cython here: the decorators mean nothing to the pure-P
 
 from ._clock import Clock, as_clock, utc_not_after
 from ._core import TaskTable, TimerWheel
-from ._types import JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
+from ._types import ENGINE_MISSED, JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
 from ._validate import (
     arguments,
     callable_or_none,
@@ -1503,7 +1503,7 @@ class Scheduler(_Engine):
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         mode: RepeatMode = RepeatMode.FIXED_RATE,
-        missed: Missed = Missed.DELAY,
+        missed: Missed = ENGINE_MISSED,
         options: RunOptions | None = None,
     ) -> int:
         """Run fn(*args, **kwargs) `delay` seconds from now (the clock read now); return the task id. O(1).
@@ -1553,7 +1553,7 @@ class Scheduler(_Engine):
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         mode: RepeatMode = RepeatMode.FIXED_RATE,
-        missed: Missed = Missed.DELAY,
+        missed: Missed = ENGINE_MISSED,
         options: RunOptions | None = None,
     ) -> int:
         """Run fn at the clock time `when` (a past `when` runs at the next run_pending()); as schedule().

@@ -15,7 +15,7 @@ from typing import Any
 from ._clock import Clock, as_clock
 from ._engine import CALENDAR_WAKE, DriverBase, Run, TimerStore, log_safely
 from ._pool import WorkerPool
-from ._types import Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
+from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, member
 
 __all__ = ["ThreadedScheduler"]
@@ -88,7 +88,7 @@ class ThreadedScheduler(DriverBase):
         workers: int = 0,
         queue_size: int = 0,
         backpressure: Backpressure = Backpressure.BLOCK,
-        missed: Missed = Missed.SKIP,
+        missed: Missed = DRIVER_MISSED,
         observer: Callable[[JobEvent], object] | None = None,
         error_handler: Callable[[int, BaseException], object] | None = None,
         logger: logging.Logger | None = None,

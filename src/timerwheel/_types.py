@@ -48,6 +48,14 @@ class Missed(enum.Enum):
     SKIP = "skip"
 
 
+# The two defaults of `missed`, each named once. They differ on purpose. The bare engine (Scheduler) runs
+# when its caller calls run_pending(), at a cadence of the caller's own: a late call is the normal case,
+# and DELAY keeps a full interval between runs. A driver wakes at each due itself, so a late fire there
+# is a stall (a busy loop, a pause) and SKIP keeps the task on its grid, as cron and systemd timers do.
+ENGINE_MISSED = Missed.DELAY
+DRIVER_MISSED = Missed.SKIP
+
+
 class Lifecycle(enum.Enum):
     """A driver's life: new, running, closed; never back."""
 
