@@ -1378,7 +1378,7 @@ def _coroutine_callables() -> list[tuple[str, Any, bool]]:
 )
 def test_which_callables_run_as_coroutine_jobs(what: str, fn: Any, expected: bool) -> None:
     """is_async (the drivers' check, with a fast path for plain functions) says what inspect says."""
-    from timerwheel._engine import is_async
+    from timerwheel._drivers import is_async
 
     assert is_async(fn) is expected, what
 

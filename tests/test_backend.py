@@ -41,9 +41,9 @@ def test_compiled_driver_base_loaded() -> None:
     """The drivers' shared base is compiled too (_driver.py built by Cython): ThreadedScheduler's and
     AsyncScheduler's schedule(), cancel() and reschedule() are compiled code, and what they read is the
     hot record, an extension type whose fields are C fields (no instance dictionary)."""
-    from timerwheel import _driver_c, _engine
+    from timerwheel import _driver_c, _drivers, _engine
 
-    assert _engine.DriverBase is _driver_c.DriverBase
+    assert _drivers.DriverBase is _driver_c.DriverBase
     assert _driver_c.__file__.endswith((".so", ".pyd"))
     for driver in (timerwheel.ThreadedScheduler, timerwheel.AsyncScheduler):
         assert driver.__mro__[1] is _driver_c.DriverBase
@@ -55,9 +55,9 @@ def test_compiled_driver_base_loaded() -> None:
 
 def test_env_var_selects_python() -> None:
     code = (
-        "import timerwheel, timerwheel._engine as e; "
+        "import timerwheel, timerwheel._engine as e, timerwheel._drivers as d; "
         "print(timerwheel.BACKEND, timerwheel.TimerWheel.__module__, e.ENGINE, "
-        "timerwheel.Scheduler.__module__, e.DriverBase.__module__)"
+        "timerwheel.Scheduler.__module__, d.DriverBase.__module__)"
     )
     env = dict(os.environ, TIMERWHEEL_NO_EXTENSIONS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -34,7 +34,7 @@ from timerwheel import (
     Scheduler,
     ThreadedScheduler,
 )
-from timerwheel._engine import DriverBase
+from timerwheel._drivers import DriverBase
 from timerwheel._heap import HeapQueue
 from timerwheel._types import DRIVER_MISSED, ENGINE_MISSED, Lifecycle
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle

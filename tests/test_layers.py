@@ -21,8 +21,6 @@ FOLDED = {"_scheduler_c": "_scheduler", "_driver_c": "_driver", "_core_c": "_cor
 
 # Import cycles that exist today (each a set of modules).
 ALLOWED_CYCLES = [
-    # the engine's build pick imports the drivers' base, which imports the engine's names from the pick
-    {"_engine", "_driver"},
     # the testing package loads its simulation lazily, and the simulation takes VirtualTimeLoop from it
     {"testing", "testing.simulate"},
 ]

@@ -21,7 +21,8 @@ from threading import get_ident
 from typing import Any
 
 from ._clock import Clock
-from ._engine import CALENDAR_WAKE, DriverBase, Run, Timer, TimerStore
+from ._drivers import CALENDAR_WAKE, DriverBase
+from ._engine import Run, Timer, TimerStore
 from ._pool import TaskPool
 from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, deadline, function, member

@@ -1,12 +1,10 @@
-"""Pick the build of the job engine and of the drivers' base, once, at import: compiled wherever the core is.
+"""Pick the build of the job engine, once, at import: compiled wherever the core is.
 
 The engine has one source, _scheduler.py. Built with Cython (setup.py compiles that very file, with the C
 types of _scheduler_c.pxd) it is the module _scheduler_c; imported as it is, it is the pure-Python engine.
-The drivers' shared base, _driver.py, is built the same way (_driver_c, with _driver_c.pxd), and used with
-the compiled engine only (its hot record types the engine as the compiled Scheduler, called as C). Both
-builds pass the same tests. The compiled ones are used with the Cython core (see _core.py: the same
-TIMERWHEEL_NO_EXTENSIONS switch turns them off), unless they are missing (a build that compiled only the
-core). Every other module imports these names from here.
+Both builds pass the same tests. The compiled one is used with the Cython core (see _core.py: the same
+TIMERWHEEL_NO_EXTENSIONS switch turns it off), unless it is missing (a build that compiled only the
+core). Every other module imports these names from here (the drivers' base is picked in _drivers, above).
 """
 
 from __future__ import annotations
@@ -16,15 +14,6 @@ from typing import TYPE_CHECKING
 from ._core import BACKEND
 
 if TYPE_CHECKING:
-    from ._driver import (
-        CALENDAR_WAKE,
-        DriverBase,
-        check_caller,
-        engine_of,
-        is_async,
-        lifecycle_of,
-        lock_of,
-    )
     from ._scheduler import (
         TIMER_KINDS,
         Driver,
@@ -58,37 +47,16 @@ else:
     TimerStore = _build.TimerStore
     WallTimer = _build.WallTimer
     log_safely = _build.log_safely
-    # The drivers' base imports the names above from here: it comes last.
-    try:
-        if ENGINE != "cython":
-            raise ImportError("the pure-Python engine: the pure-Python base")
-        from . import _driver_c as _drivers
-    except ImportError:
-        from . import _driver as _drivers
-    CALENDAR_WAKE = _drivers.CALENDAR_WAKE
-    DriverBase = _drivers.DriverBase
-    check_caller = _drivers.check_caller
-    engine_of = _drivers.engine_of
-    is_async = _drivers.is_async
-    lifecycle_of = _drivers.lifecycle_of
-    lock_of = _drivers.lock_of
 
 __all__ = [
-    "CALENDAR_WAKE",
     "ENGINE",
     "TIMER_KINDS",
     "Driver",
-    "DriverBase",
     "JobContext",
     "Run",
     "Scheduler",
     "Timer",
     "TimerStore",
     "WallTimer",
-    "check_caller",
-    "engine_of",
-    "is_async",
-    "lifecycle_of",
-    "lock_of",
     "log_safely",
 ]

@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ._clock import Clock, as_clock
-from ._engine import CALENDAR_WAKE, DriverBase, Run, TimerStore, log_safely
+from ._drivers import CALENDAR_WAKE, DriverBase
+from ._engine import Run, TimerStore, log_safely
 from ._pool import WorkerPool
 from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from ._validate import count, member

@@ -1,0 +1,49 @@
+"""Pick the build of the drivers' shared base, once, at import: compiled wherever the engine is.
+
+The base has one source, _driver.py. Built with Cython (setup.py compiles that very file, with the C
+types of _driver_c.pxd) it is the module _driver_c, whose hot record types the engine as the compiled
+Scheduler and calls it as C: it is used with the compiled engine only (see _engine.py). Imported as it
+is, it is the pure-Python base. Both builds pass the same tests. The drivers (ThreadedScheduler,
+AsyncScheduler) and the keyed layer import these names from here; the engine does not know of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._engine import ENGINE
+
+if TYPE_CHECKING:
+    from .._driver import (
+        CALENDAR_WAKE,
+        DriverBase,
+        check_caller,
+        engine_of,
+        is_async,
+        lifecycle_of,
+        lock_of,
+    )
+else:
+    try:
+        if ENGINE != "cython":
+            raise ImportError("the pure-Python engine: the pure-Python base")
+        from .. import _driver_c as _build
+    except ImportError:
+        from .. import _driver as _build
+    CALENDAR_WAKE = _build.CALENDAR_WAKE
+    DriverBase = _build.DriverBase
+    check_caller = _build.check_caller
+    engine_of = _build.engine_of
+    is_async = _build.is_async
+    lifecycle_of = _build.lifecycle_of
+    lock_of = _build.lock_of
+
+__all__ = [
+    "CALENDAR_WAKE",
+    "DriverBase",
+    "check_caller",
+    "engine_of",
+    "is_async",
+    "lifecycle_of",
+    "lock_of",
+]
