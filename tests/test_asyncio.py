@@ -1447,7 +1447,7 @@ def test_the_engine_wakes_the_loop_handle_exactly_when_it_must() -> None:
                 else:
                     await asyncio.sleep(rng.random() * 5)
                 jobs = {task_id: key for task_id, key in jobs.items() if key in dues}
-                assert sched._engine._wake_below == sched._armed, step
+                assert sched._engine.wake_below == sched._armed, step
                 due = sched._engine.next_due()
                 if due is not None:
                     assert sched._armed <= due, step  # the loop handle comes no later than the next due

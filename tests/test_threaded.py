@@ -791,7 +791,7 @@ def test_the_engine_wakes_the_driver_exactly_when_it_must(make: Any, clock: Manu
             clock.set(target)
         wait_until_idle(s)
         with s._lock:
-            assert s._engine._wake_below == s._sleep_until, step
+            assert s._engine.wake_below == s._sleep_until, step
         jobs = {task_id: key for task_id, key in jobs.items() if key in dues}
     while (due := s._engine.next_due()) is not None:
         clock.set(max(due, clock()))

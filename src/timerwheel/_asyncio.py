@@ -480,7 +480,7 @@ class AsyncScheduler(DriverBase):
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
-        self._armed = self._engine._wake_below = math.inf
+        self._armed = self._engine.wake_below = math.inf
         jobs = self._tasks.close()
         self._engine.discard()
         for timer in self._engine.release_timers():
@@ -690,7 +690,7 @@ class AsyncScheduler(DriverBase):
         if self._handle is not None:
             self._handle.cancel()
         self._handle = handle
-        self._armed = self._engine._wake_below = due  # (the engine's copy: it calls wake() only below it)
+        self._armed = self._engine.wake_below = due  # (the engine's copy: it calls wake() only below it)
 
     def _disarm_if_idle(self) -> None:
         """Nothing armed at all: take our handle off the loop (an idle scheduler holds none)."""
@@ -703,14 +703,14 @@ class AsyncScheduler(DriverBase):
         ):
             self._handle.cancel()
             self._handle = None
-            self._armed = self._engine._wake_below = math.inf
+            self._armed = self._engine.wake_below = math.inf
 
     def _on_wake(self) -> None:
         """Our loop handle fired: run what is due (timers and jobs), arm the handle at the next due."""
         self._handle = None
         self._thread = get_ident()
         armed = self._armed
-        self._armed = self._engine._wake_below = math.inf
+        self._armed = self._engine.wake_below = math.inf
         engine = self._engine
         try:
             now = engine.now()
@@ -720,7 +720,7 @@ class AsyncScheduler(DriverBase):
             if self._state is Lifecycle.RUNNING:
                 self._handle = self._loop.call_later(self._backoff, self._on_wake)
                 # armed for a retry: nothing armed meanwhile moves it
-                self._armed = self._engine._wake_below = -math.inf
+                self._armed = self._engine.wake_below = -math.inf
             return
         self._backoff = 0.0
         if self._fault is not None:

@@ -57,7 +57,7 @@ class DriverBase:
     Subclasses set `_PROPAGATE` (what a user callback may raise through the driver: nothing on threads
     that must never die) and the two flags below, call `_make_engine()` once they know their clock, and
     implement execute(), wake() and timed_out() (the engine's Driver protocol). They may keep the engine's
-    `_wake_below` at the time they next look at the store anyway: the engine then calls wake() only for
+    `wake_below` at the time they next look at the store anyway: the engine then calls wake() only for
     what comes before it (see Scheduler.bind).
 
     What the hot paths read is copied in `_hot` (see _Hot): subclasses write `_state` and `_fault` only

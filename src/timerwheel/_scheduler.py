@@ -101,7 +101,12 @@ class TimerStore(Protocol):
 
 
 class Driver(Protocol):
-    """What a driver gives the engine (Scheduler.bind): where runs execute and how its loop is woken."""
+    """What a driver gives the engine (Scheduler.bind): where runs execute and how its loop is woken.
+
+    The engine calls wake(due) for a due armed outside drain() only when it comes before the engine's
+    `wake_below` (a float attribute of the Scheduler, infinity once a driver is bound): a driver may keep
+    `wake_below` at the time it will look at the store anyway (never later), which saves it those calls.
+    """
 
     def execute(self, run: Run) -> None:
         """Run a due job, now or later, here or elsewhere; report through `run` (start, finish, drop,
@@ -354,7 +359,7 @@ class Run:
             else:
                 self.deadline = deadline
                 engine._timers[_DEADLINES] += 1
-                if deadline.due < engine._wake_below and not engine._draining:
+                if deadline.due < engine.wake_below and not engine._draining:
                     engine._wake(deadline.due)
         return self.started_at
 
@@ -678,7 +683,7 @@ def _kind_of(engine: _Engine, timer: Timer) -> int:
 
 
 def _no_wake(due: float) -> None:
-    """The wake of an engine bound to no driver: nobody to wake (and _wake_below keeps it uncalled)."""
+    """The wake of an engine bound to no driver: nobody to wake (and wake_below keeps it uncalled)."""
 
 
 def log_safely(
@@ -902,7 +907,7 @@ class _Engine:
         # A driver may keep it there (ThreadedScheduler: when it sleeps until; AsyncScheduler: where its
         # loop handle is armed) and save a call per schedule; never above, or a wake-up would be missed.
         # -inf: nobody to wake; inf, the default when bound: every due.
-        self._wake_below = -math.inf
+        self.wake_below = -math.inf
         self._cal = _Calendar(self._clock.wall if wall_clock is None else wall_clock, start)
 
     @property
@@ -1005,7 +1010,7 @@ class _Engine:
         timer.id = self._add_at(due, timer)
         timer.due = due
         self._timers[kind] += 1
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
 
     def defer_timer(self, timer: Timer) -> None:
@@ -1035,7 +1040,7 @@ class _Engine:
         if timer.id is None or not self._move_at(timer.id, due):
             return False
         timer.due = due
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
         return True
 
@@ -1086,12 +1091,12 @@ class _Engine:
         """Make `driver` the one that drain() hands runs to and that is told when something is armed.
 
         The engine calls driver.wake(due) for every due armed outside drain() that comes before its
-        `_wake_below`: infinity once bound, so every one. A driver that keeps `_wake_below` at the time it
+        `wake_below`: infinity once bound, so every one. A driver that keeps `wake_below` at the time it
         will look at the store anyway (never later) saves those calls.
         """
         self._driver = driver
         self._wake = _no_wake if driver is self else driver.wake
-        self._wake_below = -math.inf if driver is self else math.inf
+        self.wake_below = -math.inf if driver is self else math.inf
 
     def drain(self, now: float, driver: Driver | None = None) -> int:
         """Take everything due at `now` in (due, add order) order and apply the rules: hand each job's run
@@ -1247,7 +1252,7 @@ class _Engine:
             return
         task.timer_id = timer_id
         task.due = due
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
 
     def _rearm_after(self, task: _Task, finished_at: float) -> None:
@@ -1287,7 +1292,7 @@ class _Engine:
         timer.due = due
         timer.wall = wall
         self._timers[kind] += 1
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
 
     def move_wall_timer(self, timer: WallTimer, wall: float) -> bool:
@@ -1297,7 +1302,7 @@ class _Engine:
             return False
         timer.due = due
         timer.wall = wall
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
         return True
 
@@ -1305,7 +1310,7 @@ class _Engine:
         """Make a collection of WallTimers (iterated when the wall clock steps, to move the armed ones)
         known to the engine: drivers then wake now and then to notice a step (see `calendar`)."""
         self._cal.groups.append(group)
-        if -math.inf < self._wake_below and not self._draining:
+        if -math.inf < self.wake_below and not self._draining:
             self._wake(-math.inf)
 
     def remove_calendar(self, group: Collection[WallTimer]) -> None:
@@ -1623,7 +1628,7 @@ class Scheduler(_Engine):
             raise
         task.timer_id = timer_id
         self._tasks[task_id] = task
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
         return task_id
 
@@ -1704,7 +1709,7 @@ class Scheduler(_Engine):
             plan.first_due = due
             if plan.wall is not None:
                 plan.wall = due + self._cal.offset
-        if due < self._wake_below and not self._draining:
+        if due < self.wake_below and not self._draining:
             self._wake(due)
         return True
 

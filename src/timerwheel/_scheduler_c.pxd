@@ -112,7 +112,7 @@ cdef class _Engine:
     cdef public bint _draining
     cdef public object _driver
     cdef public object _wake
-    cdef public double _wake_below
+    cdef public double wake_below
     cdef public _Calendar _cal
     cdef dict __dict__  # attributes of the user's own, as on any Python object
     cdef object __weakref__  # weakref.ref(sched), WeakMethod(sched.run_pending), weakref.finalize

@@ -245,7 +245,7 @@ class ThreadedScheduler(DriverBase):
             # Awake from now on, as far as wake() is concerned: the driver looks at the store once it has
             # the lock, and sees whatever comes meanwhile. So no second notify() (and no call from the
             # engine) until it sleeps again.
-            self._sleep_until = self._engine._wake_below = -math.inf
+            self._sleep_until = self._engine.wake_below = -math.inf
             self._wake_up.notify()
 
     def _not_run(self, run: Run) -> None:
@@ -301,13 +301,13 @@ class ThreadedScheduler(DriverBase):
                 if sleep == 0.0:
                     continue  # something became due meanwhile (a job took time, or was moved to now)
                 # (the engine's copy: it calls wake() only for a due before it)
-                self._sleep_until = self._engine._wake_below = math.inf if due is None else due
+                self._sleep_until = self._engine.wake_below = math.inf if due is None else due
                 self._idle_changed.notify_all()
                 if sleep == math.inf:
                     self._wake_up.wait()
                 else:
                     self._wake_up.wait(min(sleep, threading.TIMEOUT_MAX))
-                self._sleep_until = self._engine._wake_below = -math.inf
+                self._sleep_until = self._engine.wake_below = -math.inf
             self._idle_changed.notify_all()
 
     def _pass(self) -> tuple[float | None, float]:
