@@ -49,8 +49,6 @@ ALLOWED_PRIVATE = {
     ("_scheduler", "_cancel_id"),
     ("_scheduler", "_move_id"),
     ("_threaded", "_is_owned"),
-    ("testing", "_idle_changed"),
-    ("testing", "_is_idle"),
     ("testing._simstore", "_shared_adopt"),
     ("testing._simstore", "_shared_changed"),
     ("testing._simstore", "_shared_flush"),

@@ -9,17 +9,18 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ._clock import Clock, as_clock
-from ._drivers import CALENDAR_WAKE, DriverBase
+from ._drivers import CALENDAR_WAKE, DriverBase, lock_of
 from ._engine import Run, TimerStore, log_safely
 from ._pool import WorkerPool
 from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
-from ._validate import count, member
+from ._validate import count, member, seconds
 
-__all__ = ["ThreadedScheduler"]
+__all__ = ["ThreadedScheduler", "wait_until_idle"]
 
 
 class _ClockFailure(Exception):
@@ -372,6 +373,20 @@ class ThreadedScheduler(DriverBase):
             return False
         due = self._engine.next_due()
         return due is None or due > self._clock()
+
+
+def wait_until_idle(scheduler: ThreadedScheduler, timeout: float = 10.0) -> None:
+    """Wait until `scheduler` has nothing left to do at its clock's current time (timerwheel.testing's
+    wait_until_idle, which documents it): its driver sleeps, no job runs or waits, nothing is due."""
+    if not isinstance(scheduler, ThreadedScheduler):
+        raise TypeError(f"scheduler must be a ThreadedScheduler, not {type(scheduler).__name__}")
+    end = time.monotonic() + seconds(timeout, "timeout")
+    with lock_of(scheduler):
+        while not scheduler._is_idle():
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{scheduler!r} did not become idle within {timeout} s")
+            scheduler._idle_changed.wait(left)
 
 
 def _sleep_seconds(sleep: Any) -> float:

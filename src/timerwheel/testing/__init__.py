@@ -9,7 +9,6 @@ import asyncio
 import math
 import selectors
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -166,17 +165,9 @@ def wait_until_idle(scheduler: Any, timeout: float = 10.0) -> None:
         TimeoutError: not idle within `timeout` seconds.
         TypeError: not a ThreadedScheduler.
     """
-    from .._threaded import ThreadedScheduler
+    from .._threaded import wait_until_idle as wait
 
-    if not isinstance(scheduler, ThreadedScheduler):
-        raise TypeError(f"scheduler must be a ThreadedScheduler, not {type(scheduler).__name__}")
-    end = time.monotonic() + seconds(timeout, "timeout")
-    with scheduler._lock:
-        while not scheduler._is_idle():
-            left = end - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{scheduler!r} did not become idle within {timeout} s")
-            scheduler._idle_changed.wait(left)
+    wait(scheduler, timeout)
 
 
 class _VirtualSelector(selectors.DefaultSelector):
