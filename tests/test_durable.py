@@ -477,6 +477,36 @@ def test_one_owner_per_file(path: Path, clock: ManualClock) -> None:
     SQLiteStore(path).close()  # released
 
 
+class _SlottedStore:
+    """A durable store of one's own whose class has __slots__ (it wraps a SQLiteStore)."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_store_of_ones_own_with_slots_serves_one_keyed_scheduler_at_a_time(
+    path: Path, clock: ManualClock
+) -> None:
+    """The KeyedScheduler marked the durable store it used by writing an attribute on it: a store of
+    one's own with __slots__ raised AttributeError from the constructor. Which KeyedScheduler uses a
+    store is kept beside it now: the store is used, and refused to a second KeyedScheduler until the
+    first closes."""
+    store = _SlottedStore(SQLiteStore(path))
+    keyed = KeyedScheduler(Scheduler(clock), every, print, store=store)
+    keyed.upsert("k", {})
+    with pytest.raises(ValueError, match="in use by another KeyedScheduler"):
+        KeyedScheduler(Scheduler(clock), every, print, store=store)
+    keyed.close()
+    again = KeyedScheduler(Scheduler(clock), every, print, store=_SlottedStore(SQLiteStore(path)))
+    assert list(again.snapshot()) == ["k"]
+    again.close()
+
+
 def test_the_owner_keeps_the_file_when_it_copies_or_opens_it(
     path: Path, tmp_path: Path, clock: ManualClock
 ) -> None:

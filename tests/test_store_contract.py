@@ -48,28 +48,28 @@ class Holder:
         self.adopted: list[StoredKey] = []
         self.fires: list[StoredFire] = []
         self.reconciled: list[dict[Any, int]] = []
-        self.shed: list[int] = []
+        self.shed_counts: list[int] = []
 
-    def _shared_stamp(self) -> int:
+    def stamp(self) -> int:
         return 0
 
-    def _shared_adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
+    def adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
         self.adopted += rows
         self.fires += fires
 
-    def _shared_reconcile(self, held: dict[Any, int], stamp: int) -> None:
+    def reconcile(self, held: dict[Any, int], stamp: int) -> None:
         self.reconciled.append(held)
 
-    def _shared_shed(self, count: int, stamp: int) -> None:
-        self.shed.append(count)
+    def shed(self, count: int, stamp: int) -> None:
+        self.shed_counts.append(count)
 
-    def _shared_flush(self) -> None:
+    def flush(self) -> None:
         pass
 
-    def _shared_changed(self, changes: Any, stamp: int, removed: Any) -> None:
+    def changed(self, changes: Any, stamp: int, removed: Any) -> None:
         pass
 
-    def _shared_lost(self) -> None:
+    def lost(self) -> None:
         pass
 
 
@@ -465,7 +465,7 @@ def test_a_key_stored_as_a_keeper_round_begins_is_not_given_back_by_it(backend: 
     a = backend.open()
 
     class Storing(Holder):
-        def _shared_stamp(self) -> int:  # (the holder's stamp, read as the round begins: an upsert lands)
+        def stamp(self) -> int:  # (the holder's stamp, read as the round begins: an upsert lands)
             if not self.adopted and not self.reconciled:
                 a.put(row("k"))
             return 0
@@ -473,7 +473,7 @@ def test_a_key_stored_as_a_keeper_round_begins_is_not_given_back_by_it(backend: 
     holder = Storing()
     backend.claim(a, holder)  # type: ignore[attr-defined]
     assert holder.reconciled and "k" in holder.reconciled[-1]
-    assert holder.shed == []
+    assert holder.shed_counts == []
 
 
 def test_a_release_at_a_stale_generation_keeps_the_newer_one_held(backend: Backend) -> None:

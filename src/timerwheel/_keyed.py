@@ -379,8 +379,7 @@ class KeyedScheduler:
             misfire_grace = seconds(misfire_grace, "misfire_grace")
             if misfire_grace < 0:
                 raise ValueError(f"misfire_grace must be >= 0, got {misfire_grace!r}")
-        owner = getattr(store, "_owner", None)
-        if owner is not None:
+        if _user_of(store) is not None:
             raise ValueError(f"store: the {store.name} is in use by another KeyedScheduler already")
         self._sched: Any = scheduler
         self._driver: Any = scheduler if isinstance(scheduler, (ThreadedScheduler, AsyncScheduler)) else None
@@ -467,6 +466,7 @@ class KeyedScheduler:
         self._released: Future[Any] | None = None  # a shared store's release, by its writer
         self._recorded_late: set[tuple[Hashable, int, int]] = set()  # shared: see _shared_adopt
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # shared: see _post
+        self._store_closing = threading.Event()  # set as the store is closed: the applier ends
         self._pid = os.getpid()
         # (a shared store may say where its database work runs, and on what clock its leases are counted:
         # a simulated one, on its simulated process's loop and clock; by default a thread each, and this
@@ -483,7 +483,7 @@ class KeyedScheduler:
         self._inflight: dict[Hashable, list[int]] = {}  # shared: key -> [changes in flight, latest applied]
         if self._durable:
             self._load()
-            store._owner = self  # type: ignore[attr-defined]
+            _use(store, self)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._started else "new"
@@ -528,7 +528,7 @@ class KeyedScheduler:
             self._loaded.clear()
             self._apply_all(plans)
             if self._shared:
-                self._store.attach(self)  # type: ignore[attr-defined]
+                self._store.attach(_Holder(self))  # type: ignore[attr-defined]
         self._raise_held()
 
     def close(self) -> None:
@@ -655,9 +655,10 @@ class KeyedScheduler:
     def _close_store(self) -> None:
         if self._store_open():
             self._record_unrecorded()
+        self._store_closing.set()  # (a shared store's changes are applied no more: see _apply_posted)
         self._store.close()
-        if getattr(self._store, "_owner", None) is self:
-            self._store._owner = None
+        if _user_of(self._store) is self:
+            _IN_USE.pop(id(self._store), None)
 
     # -- writing to the store: under the lock (a local store), or by the writer (a shared one) ----------
 
@@ -1773,7 +1774,7 @@ class KeyedScheduler:
             )
 
     def _store_open(self) -> bool:
-        return getattr(self._store, "_owner", None) is self
+        return _user_of(self._store) is self
 
     def _record_unrecorded(self) -> None:
         """Record the ends of runs that the store failed to record (with the next write, in order). A
@@ -2030,16 +2031,16 @@ class KeyedScheduler:
         self._applier.put(guarded)
 
     def _apply_posted(self, posted: queue.SimpleQueue[Callable[[], None]]) -> None:
-        stop = getattr(self._store, "_stop", None)
+        stop = self._store_closing
         while True:
             try:
                 guarded = posted.get(timeout=0.1)
             except queue.Empty:
-                if stop is not None and stop.is_set():
+                if stop.is_set():
                     return
                 continue
             while not self._lock.acquire(timeout=0.1):  # (close() joins the store's threads, holding it)
-                if stop is not None and stop.is_set():
+                if stop.is_set():
                     return
             try:
                 guarded()
@@ -2398,6 +2399,30 @@ def _iso(t: float) -> str:
 
 _STALE = object()  # what _begin() returns for a run that was superseded
 
+# The KeyedScheduler that uses each durable store (one at a time), by the store's id: the entry goes with
+# the KeyedScheduler (closed, or collected), and counts only while that KeyedScheduler's store is this one
+# (an id is reused once its object is gone). Nothing is written on the store itself (a store of one's own
+# may have __slots__).
+_IN_USE: dict[int, weakref.ref[KeyedScheduler]] = {}
+
+
+def _use(store: KeyStore, keyed: KeyedScheduler) -> None:
+    key = id(store)
+
+    def gone(ref: weakref.ref[KeyedScheduler]) -> None:
+        if _IN_USE.get(key) is ref:
+            del _IN_USE[key]
+
+    _IN_USE[key] = weakref.ref(keyed, gone)
+
+
+def _user_of(store: KeyStore) -> KeyedScheduler | None:
+    """The KeyedScheduler that uses `store`, if any."""
+    ref = _IN_USE.get(id(store))
+    keyed = None if ref is None else ref()
+    return keyed if keyed is not None and keyed._store is store else None
+
+
 #: Seconds the interpreter's exit waits, at most, for the runs that went on past close() to end and for
 #: their ends to be recorded (a run that does not end by then is cut: its fire stays unfinished, and the
 #: next start follows `recover`).
@@ -2547,3 +2572,34 @@ def _check_key(key: Any) -> None:
 def _checked_key(key: Any) -> Any:
     _check_key(key)
     return key
+
+
+class _Holder:
+    """The KeyedScheduler as its shared store sees it (the SharedHolder protocol): each call goes to its
+    _shared_* method."""
+
+    __slots__ = ("_keyed",)
+
+    def __init__(self, keyed: KeyedScheduler) -> None:
+        self._keyed = keyed
+
+    def stamp(self) -> int:
+        return self._keyed._shared_stamp()
+
+    def adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
+        self._keyed._shared_adopt(rows, fires, stamp)
+
+    def reconcile(self, held: dict[Hashable, int], stamp: int) -> None:
+        self._keyed._shared_reconcile(held, stamp)
+
+    def changed(self, changes: dict[Hashable, int | None], stamp: int, removed: set[Hashable]) -> None:
+        self._keyed._shared_changed(changes, stamp, removed)
+
+    def flush(self) -> None:
+        self._keyed._shared_flush()
+
+    def shed(self, count: int, stamp: int) -> None:
+        self._keyed._shared_shed(count, stamp)
+
+    def lost(self) -> None:
+        self._keyed._shared_lost()

@@ -37,6 +37,7 @@ from typing import Any
 
 from ._store import (
     FinishedFire,
+    SharedHolder,
     StoredFire,
     StoredKey,
     StoreError,
@@ -292,10 +293,9 @@ class PostgresStore:
         self._closed = False
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._holder: Any = None  # the KeyedScheduler, once attached (start)
+        self._holder: SharedHolder | None = None  # the KeyedScheduler, once attached (start)
         self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
         self._lost_said = False
-        self._owner: Any = None  # the KeyedScheduler that uses this store (one at a time)
         self._detached = False  # its KeyedScheduler closed: renew what runs, claim nothing
         self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
         try:
@@ -675,7 +675,7 @@ class PostgresStore:
 
     # -- sharing: the keeper and the listener threads -------------------------------------------------
 
-    def attach(self, holder: Any) -> None:
+    def attach(self, holder: SharedHolder) -> None:
         """Start sharing (KeyedScheduler.start() calls it): the keeper thread claims and renews keys for
         `holder`, the listener thread tells it of the others' changes."""
         self._holder = holder
@@ -713,7 +713,7 @@ class PostgresStore:
                         self.name,
                         self.lease,
                     )
-                    self._holder._shared_lost()
+                    self._holder.lost()
             period = min(0.1, self.lease / 3) if failures else self.lease / 3  # (back soon after an outage)
             self._stop.wait(max(0.0, period - (time.monotonic() - started)))
         if conn is not None:
@@ -734,7 +734,7 @@ class PostgresStore:
             return
         # (the stamp before the count: a key this process stores after it may be missing from the count,
         # and the shed leaves it alone)
-        stamp = holder._shared_stamp()
+        stamp = holder.stamp()
         live, total = conn.execute(
             "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
             "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
@@ -754,13 +754,13 @@ class PostgresStore:
             (self.lease, self.owner_id, self.owner_id, self.owner_id),
         ).fetchall()
         self._valid_until = started + self.lease
-        holder._shared_reconcile(dict(self._readable(held, _held_row, "timerwheel_keys")[0]), stamp)
+        holder.reconcile(dict(self._readable(held, _held_row, "timerwheel_keys")[0]), stamp)
         share = -(-total // live)
         if len(held) > share:
-            holder._shared_shed(len(held) - share, stamp)
+            holder.shed(len(held) - share, stamp)
         elif len(held) < share and claim:
-            holder._shared_flush()  # (ends of runs not recorded yet: recorded before any claim)
-            stamp = holder._shared_stamp()
+            holder.flush()  # (ends of runs not recorded yet: recorded before any claim)
+            stamp = holder.stamp()
             with conn.transaction():
                 if self._detached:  # (its KeyedScheduler closed during this round: claim nothing)
                     return
@@ -796,7 +796,7 @@ class PostgresStore:
                         (sorted(unreadable), self.owner_id),
                     )
             if keys:
-                holder._shared_adopt(keys, fires, stamp)
+                holder.adopt(keys, fires, stamp)
 
     def _readable(
         self, rows: list[tuple[Any, ...]], read: Callable[..., Any], table: str
@@ -853,12 +853,12 @@ class PostgresStore:
                 return
             if note.get("o") == self.owner_id:
                 return
-        stamp = holder._shared_stamp()
+        stamp = holder.stamp()
         if payload is None or note.get("all"):
             rows = conn.execute(
                 "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
             ).fetchall()
-            holder._shared_reconcile({decode_key(k): g for k, g in rows}, stamp)
+            holder.reconcile({decode_key(k): g for k, g in rows}, stamp)
             return
         keys = [k for k in note.get("k", ()) if isinstance(k, str)]
         rows = conn.execute(
@@ -869,7 +869,7 @@ class PostgresStore:
         for k in keys:
             g, o = found.get(k, (None, None))
             changes[decode_key(k)] = g if o == self.owner_id else None
-        holder._shared_changed(changes, stamp, {decode_key(k) for k in keys if k not in found})
+        holder.changed(changes, stamp, {decode_key(k) for k in keys if k not in found})
 
     # -- for tests and operators --------------------------------------------------------------------
 

@@ -29,7 +29,16 @@ from typing import Any, NamedTuple, Protocol
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["FinishedFire", "KeyStore", "MemoryStore", "SQLiteStore", "StoreError", "StoredFire", "StoredKey"]
+__all__ = [
+    "FinishedFire",
+    "KeyStore",
+    "MemoryStore",
+    "SQLiteStore",
+    "SharedHolder",
+    "StoreError",
+    "StoredFire",
+    "StoredKey",
+]
 
 SCHEMA_VERSION = 1
 
@@ -71,11 +80,21 @@ class FinishedFire(NamedTuple):
 
 
 class KeyStore(Protocol):
-    """What a KeyedScheduler needs of a store (see the module docstring)."""
+    """What a KeyedScheduler needs of a store: MemoryStore, SQLiteStore, PostgresStore, or one's own.
+
+    A store holds, per key, a row (StoredKey: its data as JSON, generation, state, next_run_at, the
+    scheduled time of its last fire, last_error), and a fire log keyed by (key, generation,
+    scheduled_for): a fire is written "started" in the transaction that moves its key on, before the run,
+    and marked finished after it. Times are integers of microseconds since the epoch (UTC). The
+    KeyedScheduler calls a local store under its lock; every method that writes commits before it
+    returns, or raises and changes nothing. `durable`: what it holds survives the process; `shared`: many
+    processes use it at once (it then claims keys for its process and calls a SharedHolder); `name`: how
+    messages name it. A store is correct when it passes the store contract (tests/test_store_contract.py).
+    """
 
     durable: bool
     name: str
-    shared: bool  # many processes on one store (PostgresStore): see KeyedScheduler._shared_*
+    shared: bool  # many processes on one store (PostgresStore): it calls a SharedHolder
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Every stored key (an iterable, read once), and the fires started and never finished."""
@@ -134,6 +153,45 @@ class KeyStore(Protocol):
 
     def close(self) -> None:
         """Release the store (idempotent)."""
+        ...
+
+
+class SharedHolder(Protocol):
+    """What a shared store (PostgresStore) calls of the KeyedScheduler it was attached to, from its keeper
+    and listener: the keys the database gives to this process, takes from it, or says changed.
+
+    A round reads `stamp()` before it asks the database; the holder uses it to tell the answer from
+    changes it made itself meanwhile (an answer older than a local change does not undo it).
+    """
+
+    def stamp(self) -> int:
+        """The stamp now (read by the store before it asks the database)."""
+        ...
+
+    def adopt(self, rows: list[StoredKey], fires: list[StoredFire], stamp: int) -> None:
+        """Keys the store claimed for this process (rows read as of `stamp`), with their unfinished fires:
+        recovered, caught up and armed here."""
+        ...
+
+    def reconcile(self, held: dict[Hashable, int], stamp: int) -> None:
+        """What the database says this process holds (key: generation), as of `stamp`: a key held here
+        and not there was lost (its lease lapsed and another took it), and is disarmed."""
+        ...
+
+    def changed(self, changes: dict[Hashable, int | None], stamp: int, removed: set[Hashable]) -> None:
+        """Keys another process changed (key: generation, None when unknown) or removed, as heard."""
+        ...
+
+    def flush(self) -> None:
+        """Record the ends of runs the store failed to record (called before any claim)."""
+        ...
+
+    def shed(self, count: int, stamp: int) -> None:
+        """This process holds `count` keys more than its share: give back that many it does not run."""
+        ...
+
+    def lost(self) -> None:
+        """The store could not renew its leases for a whole lease (another process may hold them)."""
         ...
 
 

@@ -8,15 +8,32 @@ These are the engine's own classes, of the build in use (compiled or pure Python
 - `Timer` and `WallTimer`: plain timers, armed with `Scheduler.add_timer` / `add_wall_timer`.
 - `TimerStore`: what the engine needs from its store of timers (`TimerWheel`, or a heap).
 - `TIMER_KINDS`: the values a `Timer` subclass's `kind` may take (what `Stats` counts it as).
+- `KeyStore`: what a KeyedScheduler needs of a store of keys; `StoredKey`, `StoredFire` and
+  `FinishedFire` are the rows it reads and writes; `SharedHolder`: what a shared store calls of the
+  KeyedScheduler it serves.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._store import FinishedFire, KeyStore, SharedHolder, StoredFire, StoredKey
+
 if TYPE_CHECKING:
     from ._scheduler import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
 else:
     from ._engine import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
 
-__all__ = ["TIMER_KINDS", "Driver", "Run", "Timer", "TimerStore", "WallTimer"]
+__all__ = [
+    "TIMER_KINDS",
+    "Driver",
+    "FinishedFire",
+    "KeyStore",
+    "Run",
+    "SharedHolder",
+    "StoredFire",
+    "StoredKey",
+    "Timer",
+    "TimerStore",
+    "WallTimer",
+]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from .._store import FinishedFire, StoredFire, StoredKey, StoreError
+from .._store import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
 
 __all__ = ["SimDatabase", "SimStore"]
 
@@ -267,8 +267,7 @@ class SimStore:
         self.owner_id = owner_id
         self.lease = lease
         self.name = f"simulated shared store ({owner_id})"
-        self._owner: Any = None
-        self._holder: Any = None
+        self._holder: SharedHolder | None = None
         self._detached = False
         self._closed = False
         self._failures = 0
@@ -408,7 +407,7 @@ class SimStore:
 
     # -- sharing: the keeper and the listener, on the process's loop ------------------------------------
 
-    def attach(self, holder: Any) -> None:
+    def attach(self, holder: SharedHolder) -> None:
         self._holder = holder
         self._valid_until = self.monotonic() + self.lease
         self.db.stores.append(self)
@@ -428,7 +427,7 @@ class SimStore:
             self._failures += 1
             if self.monotonic() >= self._valid_until and not self._lost_said and self._holder is not None:
                 self._lost_said = True
-                self._holder._shared_lost()
+                self._holder.lost()
             self._next_round(started)
 
         def done() -> None:
@@ -442,7 +441,7 @@ class SimStore:
                     lambda held: done()
                 )
                 return
-            stamp = holder._shared_stamp()  # (before the count, as PostgresStore)
+            stamp = holder.stamp()  # (before the count, as PostgresStore)
             heartbeat = self._statement(
                 "renew its leases", lambda: self.db.heartbeat(self.owner_id, self.lease), failed
             )
@@ -456,13 +455,13 @@ class SimStore:
 
         def renewed(stamp: int, live: int, total: int, held: dict[Hashable, int]) -> None:
             self._valid_until = started + self.lease
-            holder._shared_reconcile(dict(held), stamp)
+            holder.reconcile(dict(held), stamp)
             share = -(-total // live)
             if len(held) > share:
-                holder._shared_shed(len(held) - share, stamp)
+                holder.shed(len(held) - share, stamp)
             elif len(held) < share and self._failures == 0:
-                holder._shared_flush()
-                stamp = holder._shared_stamp()
+                holder.flush()
+                stamp = holder.stamp()
                 if not self._detached:
                     limit = min(share - len(held), 10_000)
                     claim = self._statement(
@@ -474,7 +473,7 @@ class SimStore:
 
         def claimed(stamp: int, keys: list[StoredKey], fires: list[StoredFire]) -> None:
             if keys:
-                holder._shared_adopt(keys, fires, stamp)
+                holder.adopt(keys, fires, stamp)
             done()
 
         self._statement("renew its leases", self.process.clock_error, failed)(measured)
@@ -535,9 +534,9 @@ class SimStore:
         note: dict[str, Any] = json.loads(payload) if payload is not None else {"all": True}
         if note.get("o") == self.owner_id:
             return
-        stamp = holder._shared_stamp()
+        stamp = holder.stamp()
         if note.get("all"):
-            holder._shared_reconcile(self.db.held_by(self.owner_id), stamp)
+            holder.reconcile(self.db.held_by(self.owner_id), stamp)
             return
         changes: dict[Hashable, int | None] = {}
         removed = set()
@@ -546,4 +545,4 @@ class SimStore:
             if row is None:
                 removed.add(k)
             changes[k] = row["generation"] if row is not None and row["owner"] == self.owner_id else None
-        holder._shared_changed(changes, stamp, removed)
+        holder.changed(changes, stamp, removed)

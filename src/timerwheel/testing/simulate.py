@@ -1134,7 +1134,6 @@ class _FaultyStore:
         self.durable = True
         self.shared = False
         self.name = store.name
-        self._owner: Any = None
 
     def _guard(self, what: str) -> bool:
         """Whether the write fails after its commit (StoreError now if before)."""
