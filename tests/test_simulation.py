@@ -64,6 +64,7 @@ FOUND = [
     ("shared", 1955, "the take of an older generation's fire emptied the newer one's queue: the key stopped"),
     ("shared", 54, "the oracle took a killed rerun for lost, though the zombie run it followed had ended"),
     ("sqlite", 300401, "the oracle took the fires still queued in a long catch-up (ALL, 100) for lost"),
+    ("sqlite", 600183, "the oracle took for lost a rerun that waited for its time on the new life's clock"),
 ]
 
 
@@ -283,3 +284,65 @@ def test_a_violation_is_printed_with_its_seed_a_shorter_plan_and_a_trace(
     keep = shrink(failing, invariant, budget=60)
     assert len(keep) <= len(failing.events)
     assert any(v.invariant == invariant for v in simulate(failing, keep=keep).violations)
+
+
+def _a_cluster_whose_runs_last_once_its_clock_stepped() -> SimulatedCluster:
+    """One process on a SQLite file; its job returns at once, but runs 5 s for a fire 20 s or more after
+    the start (one on a wall clock stepped ahead)."""
+
+    async def job(ctx: Any, key: Any, data: Any) -> None:
+        import asyncio
+
+        if ctx.fence.scheduled_for / 1e6 >= cluster.epoch + 20.0:
+            await asyncio.sleep(5.0)
+
+    cluster = SimulatedCluster(every_second, job, store="sqlite", processes=1, points=True, context=True)
+    return cluster
+
+
+def _a_run_cut_on_a_clock_ahead(cluster: SimulatedCluster) -> int:
+    """A SQLite life whose wall clock stepped 30 s ahead is killed during a run; the next life's clock is
+    right again: the interrupted fire, due 30 s from its start, is still ahead of it. Returns the fire."""
+    cluster.upsert("k", {})
+    cluster.run_for(1.2)
+    cluster.step_wall(0, 30.0)
+    cluster.run_for(1.0)
+    cut = [r for r in cluster.runs if r.ended is None]
+    assert len(cut) == 1 and cut[0].scheduled_for / 1e6 > cluster.processes[0].wall() - 1.0
+    cluster.kill(0)
+    cluster.restart()
+    return cut[0].scheduled_for
+
+
+def test_a_rerun_still_ahead_of_the_next_lifes_clock_is_not_taken_for_lost() -> None:
+    """Seed 600183 (sqlite): the oracle took the interrupted fire for lost while its rerun waited for its
+    time on the next life's clock (30 s behind the killed one's), as the docs say it does."""
+    cluster = _a_cluster_whose_runs_last_once_its_clock_stepped()
+    with cluster:
+        fire = _a_run_cut_on_a_clock_ahead(cluster)
+        cluster.quiet(10.0)  # (the fire is still some 20 s ahead of the new life's clock)
+        assert cluster.violations == [], "\n".join(cluster.trace[-20:])
+        cluster.quiet(40.0)
+        assert cluster.violations == [], "\n".join(cluster.trace[-20:])
+        assert [(r.process, r.attempt) for r in cluster.runs if r.scheduled_for == fire] == [
+            ("p0", 1),
+            ("p1", 2),
+        ]
+
+
+def test_a_rerun_lost_by_the_next_life_is_caught_once_due(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same, with a store whose load forgets the unfinished fires: the rerun never comes, and the
+    oracle says so once the fire is due on the new life's clock (not before)."""
+    from timerwheel.testing import simulate as sim
+
+    real = sim._FaultyStore.load
+    monkeypatch.setattr(sim._FaultyStore, "load", lambda self: (real(self)[0], []))
+
+    cluster = _a_cluster_whose_runs_last_once_its_clock_stepped()
+    with cluster:
+        _a_run_cut_on_a_clock_ahead(cluster)
+        cluster.quiet(10.0)
+        assert cluster.violations == []
+        cluster.quiet(40.0)
+        assert [v.invariant for v in cluster.violations] == ["no-lost-fire"]
+        assert "was not run again (recover=RERUN)" in str(cluster.violations[0])

@@ -897,13 +897,19 @@ class SimulatedCluster:
     def _check_reruns(self) -> None:
         """recover=RERUN: a fire whose run a kill cut runs again, at a higher attempt, unless its key was
         changed or removed since (its generation is no longer the store's), or another run of it ended
-        (a run whose lease lapsed, which went on to its end: the fire ran)."""
+        (a run whose lease lapsed, which went on to its end: the fire ran). Judged once the fire is due
+        by its holder's wall clock (and bound() and a second more, as the points are): a rerun waits for
+        its time, as any fire does, and a next life whose clock is behind the killed one's (that had
+        stepped ahead) has it still to come."""
         for r in self.runs:
             if r.ended is not None or self.process(r.process).died is None:
                 continue
             self.checks += 1
             if self._generation(r.key) != r.generation:
                 continue
+            holder = self.holder(r.key)
+            if holder is not None and r.scheduled_for / 1e6 > holder.keyed_wall() - self.bound() - 1.0:
+                continue  # (not due yet on the clock it waits by: judged at a later quiet spell)
             if not any(
                 o.key == r.key
                 and o.generation == r.generation
