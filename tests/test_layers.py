@@ -35,7 +35,6 @@ ALLOWED_PRIVATE = {
     ("_driver", "_schedule_in"),
     ("_driver", "_store"),
     ("_driver", "_thread_id"),
-    ("_keyed", "_state"),
     ("_scheduler", "_add_id"),
     ("_scheduler", "_cancel_id"),
     ("_scheduler", "_move_id"),

@@ -777,7 +777,7 @@ class KeyedScheduler:
                 or self._async
                 or self._durable
                 or (rec is not None and rec.running)
-                or (driver is not None and driver._state is _CLOSED)
+                or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
                 pending = self._upsert(rec, key, data)
                 return
