@@ -625,6 +625,39 @@ def test_a_wall_clock_that_steps_back_between_a_fire_and_its_start_delays_the_st
     assert ran == [("a", 1010.0), ("b", 1010.0)]
 
 
+def test_a_key_armed_after_a_silent_step_of_the_wall_clock_fires_at_its_time(d: Driver) -> None:
+    """Found by the simulation (a MemoryStore): the wall clock stepped forward while the
+    KeyedScheduler had no key, so nothing drained (no calendar work: the driver does not wake to notice a
+    step), and a key upserted later was armed by the wall offset seen before the step: its timer came
+    due late by the whole step (an hour here, a machine that slept), and its first run, late, passed over
+    the points in between unreported. A wall timer armed or moved outside a drain follows the wall clock
+    first (nobody tells the driver of this step: the wall clock is the scheduler's own callable)."""
+    shift = [0.0]
+    runs: list[tuple[str, float]] = []
+    k = d.keyed(
+        lambda now, key, data: now + timedelta(seconds=data),
+        lambda key, data: runs.append((key, d.wall() + shift[0] - T0)),
+        sched={"wall_clock": lambda: d.wall() + shift[0]},
+    )
+    k.start()
+    k.upsert("a", 1.0)
+    d.advance(1.0)
+    assert runs == [("a", 1.0)]
+    k.remove("a")
+    d.advance(5.0)
+    shift[0] = 3600.0  # the wall clock steps an hour forward, silently, with no key armed
+    d.advance(5.0)
+    k.upsert("b", 1.0)  # armed (add_wall_timer) at wall 3612
+    d.advance(1.0)
+    assert runs == [("a", 1.0), ("b", 3612.0)]
+    k.upsert("c", 1000.0)
+    d.advance(5.0)
+    shift[0] = 7200.0  # another hour, silently, while c waits (armed)
+    k.upsert("c", 0.5)  # moved (move_wall_timer) to wall 7217.5
+    d.advance(0.5)
+    assert ("c", 7217.5) in runs
+
+
 # -- found by the review of issue 14 -----------------------------------------------------------------------
 
 

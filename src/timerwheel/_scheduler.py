@@ -1286,7 +1286,7 @@ class _Engine:
 
     def add_wall_timer(self, timer: WallTimer, wall: float) -> None:
         """Arm a WallTimer (not armed) at the wall-clock time `wall` (POSIX seconds, finite). O(1)."""
-        due = wall - self._cal.offset
+        due = wall - (self._cal.offset if self._draining else self._wall_offset())
         kind = self._kind_index if type(timer) is self._kind_class else _kind_of(self, timer)
         timer.id = self._add_at(due, timer)  # add_timer(), inline
         timer.due = due
@@ -1297,14 +1297,33 @@ class _Engine:
 
     def move_wall_timer(self, timer: WallTimer, wall: float) -> bool:
         """Move an armed WallTimer to the wall-clock time `wall`. O(1). False if it is not armed."""
-        due = wall - self._cal.offset
-        if timer.id is None or not self._move_at(timer.id, due):  # move_timer(), inline
+        if timer.id is None:
+            return False
+        due = wall - (self._cal.offset if self._draining else self._wall_offset())
+        if not self._move_at(timer.id, due):  # move_timer(), inline
             return False
         timer.due = due
         timer.wall = wall
         if due < self.wake_below and not self._draining:
             self._wake(due)
         return True
+
+    def _wall_offset(self) -> float:
+        """The wall offset (wall - monotonic) as it is now, for a wall timer armed outside a drain: the
+        wall clock is followed first (a drain follows it at its start). An engine with no calendar work
+        drains seldom or never, its driver does not wake to notice a step, and a timer armed by the offset
+        seen last would come due late by every step since (an hour, after a machine slept an hour). A
+        step seen here moves the armed calendar (follow()), and wakes the driver, armed for the old dues.
+        A clock that fails leaves the offset seen last (a WallTimer never fires before its wall time)."""
+        cal = self._cal
+        offset = cal.offset
+        try:
+            cal.follow(self.now(), self._store)
+        except Exception:
+            return offset
+        if cal.offset != offset and -math.inf < self.wake_below:
+            self._wake(-math.inf)
+        return cal.offset
 
     def add_calendar(self, group: Collection[WallTimer]) -> None:
         """Make a collection of WallTimers (iterated when the wall clock steps, to move the armed ones)
