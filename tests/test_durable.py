@@ -586,6 +586,7 @@ def test_a_key_deleted_and_stored_again_gets_a_generation_above_the_deleted_one(
     assert store.put(row("a", 1)) == 4  # above the 3 deleted
     assert store.put(row("new", 1)) == 4  # any key stored anew
     assert store.put(row("kept", 2)) == 2  # a stored key keeps the generation it is given
+    assert store.put(row("kept", 1)) == 2  # never below the one stored (a put that raised after its commit)
     assert store.put(row("a", 9)) == 9
     assert store.delete("a") and not store.delete("a")
     store.close()
@@ -1299,3 +1300,30 @@ def test_remove_deletes_a_key_whose_upsert_raised_after_its_commit(path: Path, c
     second = Life(path, clock)
     assert set(second.keyed) == set()
     second.keyed.close()
+
+
+def test_an_upsert_after_one_that_raised_after_its_commit_does_not_take_the_generation_back(
+    path: Path, clock: ManualClock
+) -> None:
+    """A key removed in an earlier life (the file's floor is its generation, 3); in this life, whose
+    memory starts from 0, an upsert of it raises StoreError after its commit: the file has it at 4, above
+    the floor, and the memory does not have it. The next upsert's row (generation 1: one above the
+    memory's) used to be written as it was, the key being stored: the generation went back from 4 to 1 in
+    the file, below the 3 deleted, and the next life loaded it there. It is stored at 4 or above."""
+    life = Life(path, clock)
+    life.keyed.start()
+    for _ in range(3):
+        life.keyed.upsert("a", {"every": 10})
+    assert life.keyed.remove("a")  # (the file's floor: 3)
+    life.keyed.close()
+    second = Life(path, clock)
+    second.keyed.start()
+    upsert_whose_answer_is_lost(second, "a")  # (in the file at 4, not in memory)
+    second.keyed.upsert("a", {"every": 20})
+    assert second.keyed.get("a").generation >= 4  # type: ignore[union-attr]
+    crash(second)
+    down(clock, 1)
+    third = Life(path, clock)
+    info = third.keyed.get("a")
+    assert info is not None and info.data == {"every": 20} and info.generation >= 4
+    third.keyed.close()

@@ -65,6 +65,9 @@ FOUND = [
     ("shared", 54, "the oracle took a killed rerun for lost, though the zombie run it followed had ended"),
     ("sqlite", 300401, "the oracle took the fires still queued in a long catch-up (ALL, 100) for lost"),
     ("sqlite", 600183, "the oracle took for lost a rerun that waited for its time on the new life's clock"),
+    ("memory", 500052, "a key upserted after a wall step with no key armed was armed by the old offset"),
+    ("memory", 502581, "a key re-armed after a wall step, before the next drain, by the old offset"),
+    ("sqlite", 600485, "an upsert after one that raised after its commit took the file's generation back"),
 ]
 
 

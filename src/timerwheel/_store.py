@@ -102,10 +102,11 @@ class KeyStore(Protocol):
 
     def put(self, row: StoredKey) -> int:
         """A user's change of a key (upsert): insert or replace its row (committed). Returns the
-        generation stored: row.generation for a key that is stored; for a key that is not, at least one
-        above the highest generation ever deleted from the store (a key's generation never goes back,
-        across delete() and replace()); for a shared store, one above any other process stored. The
-        caller adopts the generation returned."""
+        generation stored: for a key that is stored, row.generation, or the generation stored if that is
+        higher (a put that raised after its commit may have left the key there, ahead of the caller's
+        memory); for a key that is not, at least one above the highest generation ever deleted from the
+        store (a key's generation never goes back, across delete() and replace()); for a shared store,
+        one above any other process stored. The caller adopts the generation returned."""
         ...
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
@@ -523,16 +524,17 @@ def _rollback(db: sqlite3.Connection, nested: bool) -> None:
 
 
 def _above_floor(db: sqlite3.Connection, values: list[tuple[Any, ...]], floor: int) -> list[tuple[Any, ...]]:
-    """The rows (encoded) as they are to be stored: a key that is not stored, with a generation not above
-    the floor, gets one above it. (A row above the floor stays as it is, stored or not: no look-up.)"""
-    if all(v[2] > floor for v in values):
-        return values
-    return [
-        (*v[:2], floor + 1, *v[3:])
-        if v[2] <= floor and not db.execute("SELECT 1 FROM timerwheel_keys WHERE key = ?", (v[0],)).fetchone()
-        else v
-        for v in values
-    ]
+    """The rows (encoded) of a user's change (put, replace) as they are to be stored: a key that is not
+    stored gets a generation above the floor; one that is stored, a generation not below the one stored.
+    (The caller's row is one above what its memory holds, but the file may hold more: a put that raised
+    after its commit, an I/O error on the way back, left the key there, at a generation above the floor
+    or above the memory's. Written as it is, the row would take the key's generation back.)"""
+    out = []
+    for v in values:
+        found = db.execute("SELECT generation FROM timerwheel_keys WHERE key = ?", (v[0],)).fetchone()
+        low = floor + 1 if found is None else int(found[0])
+        out.append(v if v[2] >= low else (*v[:2], low, *v[3:]))
+    return out
 
 
 class SQLiteStore:
