@@ -16,6 +16,7 @@ from timerwheel import (
     HeapScheduler,
     RunOptions,
     Scheduler,
+    SQLiteStore,
     ThreadedScheduler,
     TimerWheel,
 )
@@ -217,6 +218,16 @@ def test_scheduler_arguments(call: Callable[[Any], Any], error: type[Exception],
 def test_constructors_and_helpers(make: Callable[[], Any], error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words):
         make()
+
+
+@pytest.mark.parametrize("path", [":memory:", ""], ids=["memory", "empty"])
+def test_a_sqlite_store_refuses_a_path_that_keeps_nothing(path: str) -> None:
+    """SQLiteStore(":memory:") and SQLiteStore("") used to be taken as durable stores (durable, WAL
+    promised), though nothing they hold survives the process: ValueError naming path. (An int key too
+    long for a durable store: test_durable.py,
+    test_remove_refuses_a_key_the_store_cannot_hold_as_upsert_does.)"""
+    with pytest.raises(ValueError, match="path must name a file"):
+        SQLiteStore(path)
 
 
 def test_manual_clock_subscribe_refuses_and_keeps_its_listeners() -> None:

@@ -19,7 +19,9 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 import pytest
 
 from timerwheel import (
+    Backpressure,
     CatchUp,
     Cron,
     KeyedScheduler,
@@ -342,6 +345,61 @@ def test_a_disabled_key_stays_disabled_and_a_keys_own_next_run_is_used(
     again.keyed.close()
 
 
+def test_catch_up_once_beyond_max_catch_up_runs_the_latest_missed_fire_within_the_grace(
+    path: Path, clock: ManualClock
+) -> None:
+    """More fires missed than max_catch_up + 1 counts, with misfire_grace: the one run of CatchUp.ONCE is
+    the latest missed fire (0.5 s late, well within a grace of 5 s). It used to be the oldest-but-counted
+    fire (110 s), too late for the grace, so that nothing ran at all. (Without a grace, the run of the
+    latest missed fire: test_more_missed_fires_than_max_catch_up_are_counted_as_at_least.)"""
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("k", {"every": 10})
+    life.keyed.close()  # next at 10
+    down(clock, 1000.5)  # fires 10 .. 1000 (100) missed; the latest 0.5 s ago
+    scheduled: list[float] = []
+    again = Life(
+        path,
+        clock,
+        max_catch_up=10,
+        misfire_grace=5.0,
+        context=True,
+        run=lambda ctx, key, data: scheduled.append(ctx.scheduled_for - T0),
+    )
+    again.keyed.start()
+    again.sched.run_pending()
+    again.keyed.close()
+    assert len(scheduled) == 1 and 1000.0 <= scheduled[0] <= 1000.5
+
+
+def test_catch_up_all_of_a_one_off_key_runs_it_once_then_makes_it_invalid(
+    path: Path, clock: ManualClock
+) -> None:
+    """CatchUp.ALL and a one-off key (next_run returns its date, again and again): the missed date runs
+    once, stats().caught_up counts that one run, and the key is then INVALID (a next_run not after the
+    fire that ran). It used to count the same date max_catch_up + 1 times (caught_up 100, one run) and
+    leave the key PENDING with a past next_run_at and no timer: it never ran again and never said why."""
+
+    def one_off(now: datetime, key: Any, data: Any) -> datetime:
+        return at(data["at"])  # always its date
+
+    life = Life(path, clock, next_run=one_off)
+    life.keyed.start()
+    life.keyed.upsert("once", {"at": 50})
+    life.keyed.close()
+    down(clock, 100)  # down over its date
+    again = Life(path, clock, next_run=one_off, catch_up=CatchUp.ALL)
+    again.keyed.start()
+    for _ in range(300):
+        clock.advance(0.001)
+        again.sched.run_pending()
+    info = again.keyed.get("once")
+    stats = again.keyed.stats()
+    again.keyed.close()
+    assert len(again.ran) == 1 and stats.caught_up == len(again.ran)
+    assert info is not None and info.state is KeyState.INVALID and info.next_run_at is None
+
+
 # -- recovery of a run the process died in -----------------------------------------------------------
 
 CHILD = textwrap.dedent(
@@ -433,6 +491,98 @@ def test_recover_skip_records_an_interrupted_fire_as_failed(path: Path, tmp_path
     ((error,),) = db.execute("SELECT error FROM timerwheel_fires WHERE finished_at IS NOT NULL").fetchall()
     assert "interrupted" in error
     db.close()
+
+
+ONE_SHOT_DIES_IN_ITS_RUN = textwrap.dedent(
+    """
+    import os, signal, sys
+    from datetime import timedelta
+    from timerwheel import KeyedScheduler, Reschedule, Scheduler, SQLiteStore
+    from timerwheel.testing import ManualClock
+
+    path, wall = sys.argv[1], float(sys.argv[2])
+    clock = ManualClock(0.0, wall=wall)
+    sched = Scheduler(clock)
+    keyed = KeyedScheduler(sched, lambda now, key, data: now + timedelta(seconds=data["every"]),
+                           lambda key, data: os.kill(os.getpid(), signal.SIGKILL),  # dies in its run
+                           store=SQLiteStore(path), reschedule=Reschedule.NONE)
+    keyed.start()
+    keyed.upsert("job", {"every": 10})
+    clock.advance(10)
+    sched.run_pending()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "runs"),
+    [
+        ({"recover": Recover.RERUN, "catch_up": CatchUp.ALL}, 1),  # the rerun of its one fire, no more
+        ({"recover": Recover.SKIP}, 0),  # its one fire abandoned: nothing more
+    ],
+    ids=["rerun-all", "skip-once"],
+)
+def test_a_reschedule_none_key_killed_in_its_one_run_runs_no_fires_that_never_existed(
+    path: Path, clock: ManualClock, kwargs: dict[str, Any], runs: int
+) -> None:
+    """Reschedule.NONE (one run, then DISABLED): the process is SIGKILLed during the key's one run. The
+    next start used to plan the key on from the interrupted fire, as AFTER_FINISH would, and count missed
+    fires from there: with RERUN and CatchUp.ALL it ran 1 + 9 times, with SKIP and ONCE once more although
+    its one fire was abandoned, and fires that could never exist were reported missed."""
+    child = subprocess.run(
+        [sys.executable, "-c", ONE_SHOT_DIES_IN_ITS_RUN, str(path), repr(T0)], timeout=GENEROUS, check=False
+    )
+    assert child.returncode == -signal.SIGKILL, child
+    down(clock, 105)
+    life = Life(path, clock, reschedule=Reschedule.NONE, **kwargs)
+    life.keyed.start()
+    for _ in range(50):
+        clock.advance(0.001)
+        life.sched.run_pending()
+    life.keyed.close()
+    assert len(life.ran) == runs
+    assert life.missed == []
+
+
+def test_a_run_whose_end_could_not_be_recorded_is_not_run_again_at_the_next_start(
+    path: Path, clock: ManualClock
+) -> None:
+    """A store error as a run's end is recorded (finish_fire: a transient full disk) is only logged. The
+    fire used to stay "started" in the log for good, although the key's later fires were recorded: at the
+    next start, Recover.RERUN ran that long-finished fire again (with no crash at all), and with
+    CatchUp.ONCE it stood in for the catch-up."""
+    ran: list[int] = []
+    life = Life(
+        path, clock, context=True, run=lambda ctx, key, data: ran.append(round(ctx.scheduled_for - T0))
+    )
+    store = life.keyed._store
+    real = store.finish_fire
+    failures = [1]
+
+    def disk_full_once(*args: Any) -> Any:
+        if failures and failures.pop():
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(*args)
+
+    store.finish_fire = disk_full_once  # type: ignore[method-assign]
+    life.keyed.start()
+    life.keyed.upsert("k", {"every": 10})
+    for _ in range(35):
+        clock.advance(1.0)
+        life.sched.run_pending()
+    assert ran == [10, 20, 30] and failures == []  # (the end of 10 not recorded; 20 and 30 recorded)
+    life.keyed.close()
+    down(clock, 1)  # a clean restart a moment later: nothing missed
+    ran.clear()
+    again = Life(
+        path, clock, context=True, run=lambda ctx, key, data: ran.append(round(ctx.scheduled_for - T0))
+    )
+    again.keyed.start()
+    for _ in range(3):
+        clock.advance(0.001)
+        again.sched.run_pending()
+    again.keyed.close()
+    assert 10 not in ran
 
 
 # -- ownership -------------------------------------------------------------------------------------------
@@ -683,6 +833,36 @@ def test_paths_that_are_not_stores(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "x.db", synchronous="OFF")
 
 
+def test_a_file_of_a_schema_it_does_not_read_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A file of a schema version this timerwheel does not read is refused, "and left as it was": the
+    store used to switch it to WAL (a lasting change of the file's header) and run its CREATE TABLEs
+    before it read the version."""
+    future = tmp_path / "future.db"
+    db = sqlite3.connect(future)
+    db.execute("CREATE TABLE timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '2')")
+    db.commit()
+    db.close()
+    before = future.read_bytes()
+    with pytest.raises(StoreError, match="schema version 2"):
+        SQLiteStore(future)
+    assert future.read_bytes() == before
+
+
+def test_a_database_of_another_application_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A SQLite database of another application (tables, none of timerwheel's) is not a timerwheel
+    store: it used to be taken over, timerwheel's tables created in it and the file switched to WAL."""
+    app = tmp_path / "app.db"
+    db = sqlite3.connect(app)
+    db.execute("CREATE TABLE users (id INTEGER)")
+    db.commit()
+    db.close()
+    before = app.read_bytes()
+    with pytest.raises(StoreError, match="a database of another application"):
+        SQLiteStore(app)
+    assert app.read_bytes() == before
+
+
 # -- content the store cannot read -----------------------------------------------------------------------
 
 
@@ -770,6 +950,27 @@ def test_a_row_it_cannot_read_is_a_store_error_naming_the_file_and_the_row(
         opened_and_loaded(path, clock)
     assert str(path) in str(info.value)
     assert digest(path) == before  # nothing written
+
+
+def test_a_row_it_cannot_read_leaves_the_store_free_for_another_thread_to_close(
+    path: Path, clock: ManualClock
+) -> None:
+    """A row the loader cannot read (a state it does not know, e.g. from a newer or hand-edited file of
+    the same schema number): KeyedScheduler() used to raise a bare ValueError, not a StoreError naming the
+    file, and the suspended generator of the store's rows kept the store's lock, so that store.close()
+    from another thread hung. (A thread that waits on a lock: joined with a deadline.)"""
+    a_store_with_rows(path, clock)
+    db = sqlite3.connect(path)
+    db.execute("UPDATE timerwheel_keys SET state = 'paused'")
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    with pytest.raises(StoreError, match=f"{path.name}.* cannot read"):
+        KeyedScheduler(Scheduler(clock), every, print, store=store)
+    closing = threading.Thread(target=store.close, daemon=True)
+    closing.start()
+    closing.join(GENEROUS)
+    assert not closing.is_alive(), "store.close() hangs: the store's lock is still held"
 
 
 def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) -> None:
@@ -987,6 +1188,30 @@ def test_with_a_durable_store_data_is_what_json_gives_back(path: Path, clock: Ma
     assert seen == [{"every": 10, "pair": [1, 2]}, {"every": 10, "pair": [1, 2]}]
     assert life.keyed.get("a").data == {"every": 10, "pair": [1, 2]}  # type: ignore[union-attr]
     life.keyed.close()
+
+
+def test_next_run_at_upsert_and_replace_all_gets_what_json_gives_back(path: Path, clock: ManualClock) -> None:
+    """next_run gets what JSON gives back at upsert() and replace_all() too, not the caller's object: {1: 10}
+    (an int dict key) used to be {1: 10} for next_run at upsert and {"1": 10} everywhere else, so that the
+    key was INVALID in this life and fine after a restart."""
+    seen: list[Any] = []
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        seen.append(data)
+        return now + timedelta(seconds=data["1"])  # what the stored JSON gives back: a str key
+
+    life = Life(path, clock, next_run=next_run)
+    life.keyed.start()
+    life.keyed.upsert("a", {1: 10})
+    life.keyed.replace_all({"a": {1: 10}, "b": {1: 20}})
+    this_life = {key: info.state for key, info in life.keyed.snapshot().items()}
+    life.keyed.close()
+    again = Life(path, clock, next_run=next_run)
+    again.keyed.start()
+    next_life = {key: info.state for key, info in again.keyed.snapshot().items()}
+    again.keyed.close()
+    assert not any(type(data) is dict and 1 in data for data in seen)
+    assert this_life["a"] == next_life["a"]
 
 
 def crash(life: Life) -> None:
@@ -1327,3 +1552,286 @@ def test_an_upsert_after_one_that_raised_after_its_commit_does_not_take_the_gene
     info = third.keyed.get("a")
     assert info is not None and info.data == {"every": 20} and info.generation >= 4
     third.keyed.close()
+
+
+# -- callbacks that call back in during start() and upsert() --------------------------------------------
+
+
+def a_key_that_missed_fires(path: Path, clock: ManualClock) -> None:
+    """A key every 10 s in the file, then the process is down for 100 s: its fires 10 .. 100 missed."""
+    life = Life(path, clock)
+    life.keyed.start()
+    life.keyed.upsert("k", {"every": 10})
+    life.keyed.close()
+    down(clock, 100)
+
+
+def test_a_key_removed_from_on_missed_during_start_stays_removed(path: Path, clock: ManualClock) -> None:
+    """remove() from on_missed during start() returns True (committed); start()'s final write of the
+    keys it planned used to put the removed key back into the file: it was back at the next start."""
+    a_key_that_missed_fires(path, clock)
+    removed: list[bool] = []
+
+    def on_missed(key: Any, data: Any, count: int, first: datetime, last: datetime) -> None:
+        removed.append(life.keyed.remove(key))
+
+    life = Life(path, clock, catch_up=CatchUp.SKIP, on_missed=on_missed)
+    life.keyed.start()
+    assert removed == [True]
+    assert "k" not in life.keyed
+    life.keyed.close()
+    again = Life(path, clock)
+    assert "k" not in again.keyed
+    again.keyed.close()
+
+
+def test_an_upsert_from_on_missed_during_start_is_not_overridden_by_the_old_catch_up(
+    path: Path, clock: ManualClock
+) -> None:
+    """upsert() from on_missed during start() commits a new generation, planned afresh (next run in
+    1000 s). start() then went on and re-armed the key at the old generation's catch-up fire: the new
+    generation ran at once, at a stale scheduled time, and the file got the stale next_run_at."""
+    a_key_that_missed_fires(path, clock)
+    ran: list[tuple[Any, float]] = []
+
+    def on_missed(key: Any, data: Any, count: int, first: datetime, last: datetime) -> None:
+        life.keyed.upsert(key, {"every": 1000})
+
+    life = Life(
+        path,
+        clock,
+        on_missed=on_missed,
+        context=True,
+        run=lambda ctx, key, data: ran.append((data, ctx.scheduled_for - T0)),
+    )
+    life.keyed.start()
+    info = life.keyed.get("k")
+    life.sched.run_pending()
+    life.keyed.close()
+    assert ran == []
+    assert info is not None and info.data == {"every": 1000} and info.next_run_at >= at(1000)  # type: ignore[operator]
+
+
+def test_a_key_removed_from_on_state_change_during_start_stays_removed(
+    path: Path, clock: ManualClock
+) -> None:
+    """An INVALID stored key is planned again by start() (INVALID -> PENDING); remove() from that
+    on_state_change returns True, and start() used to write the removed key's row back into the file."""
+    broken = [True]
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        if broken[0]:
+            raise RuntimeError("a bug in next_run")
+        return now + timedelta(seconds=10)
+
+    first = Life(path, clock, next_run=next_run)
+    first.keyed.start()
+    first.keyed.upsert("k", {})
+    assert first.keyed.get("k").state is KeyState.INVALID  # type: ignore[union-attr]
+    first.keyed.close()
+    broken[0] = False  # the code was fixed
+    removed: list[bool] = []
+
+    def on_state_change(key: Any, old: KeyState, new: KeyState) -> None:
+        if new is KeyState.PENDING:
+            removed.append(life.keyed.remove(key))
+
+    life = Life(path, clock, next_run=next_run, on_state_change=on_state_change)
+    life.keyed.start()
+    assert removed == [True]
+    life.keyed.close()
+    again = Life(path, clock, next_run=next_run)
+    assert "k" not in again.keyed
+    again.keyed.close()
+
+
+def test_an_upsert_after_start_drops_the_old_generations_catch_up_fires(
+    path: Path, clock: ManualClock
+) -> None:
+    """CatchUp.ALL, and an upsert with a new schedule (a new generation) after the first catch-up run: the
+    old generation's queue of missed fires used to be kept, and the new generation ran each stale fire,
+    one per pass, right after its own first run, with stale scheduled times."""
+    a_key_that_missed_fires(path, clock)
+    ran: list[tuple[int, float]] = []
+    life = Life(
+        path,
+        clock,
+        catch_up=CatchUp.ALL,
+        context=True,
+        run=lambda ctx, key, data: ran.append((data["every"], ctx.scheduled_for - T0)),
+    )
+    life.keyed.start()
+    life.sched.run_pending()  # the first catch-up fire runs (generation 1)
+    life.keyed.upsert("k", {"every": 1000})  # generation 2: next run in 1000 s
+    ran.clear()
+    clock.advance(1000.0)
+    life.sched.run_pending()  # generation 2's own first run is due
+    for _ in range(20):  # 20 ms more of passes: generation 2 is next due in 1000 s
+        clock.advance(0.001)
+        life.sched.run_pending()
+    life.keyed.close()
+    assert len(ran) == 1 and ran[0][1] >= 1000
+
+
+def test_a_key_its_own_next_run_removes_during_upsert_is_gone_from_memory_and_file_alike(
+    path: Path, clock: ManualClock
+) -> None:
+    """upsert() evaluates next_run before it commits; a next_run that removes the key (remove() returns
+    True: committed) used to be followed by the upsert's commit of the row, while in memory the key
+    stayed removed: the snapshot said the key was gone, the file that it was there (back at the next
+    start). Memory and file agree."""
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        if data.get("drop") and key in life.keyed:
+            life.keyed.remove(key)
+        return now + timedelta(seconds=10)
+
+    life = Life(path, clock, next_run=next_run)
+    life.keyed.start()
+    life.keyed.upsert("k", {})
+    life.keyed.upsert("k", {"drop": True})
+    in_memory = "k" in life.keyed
+    life.keyed.close()
+    again = Life(path, clock, next_run=next_run)
+    in_file = "k" in again.keyed
+    again.keyed.close()
+    assert in_memory == in_file
+
+
+FINALIZER_UPSERTS = textwrap.dedent(
+    """
+    import faulthandler, gc, sys
+    from datetime import timedelta
+    from timerwheel import KeyedScheduler, Scheduler, SQLiteStore
+    from timerwheel.testing import ManualClock
+
+    path, wall = sys.argv[1], float(sys.argv[2])
+    faulthandler.dump_traceback_later(10, exit=True)  # the watchdog: a deadlock dumps the stacks, exits 1
+    keyed = KeyedScheduler(Scheduler(ManualClock(0.0, wall=wall)),
+                           lambda now, key, data: now + timedelta(seconds=10), lambda key, data: None,
+                           store=SQLiteStore(path))
+    keyed.start()
+
+    class Finalized:
+        def __init__(self):
+            self.me = self  # a cycle: only the cyclic GC frees it
+
+        def __del__(self):
+            keyed.upsert("from-finalizer", {"n": 1})
+
+    for threshold in range(2, 200):  # some allocation inside the store's transaction
+        gc.set_threshold(threshold, 1000, 1000)  # ... triggers a collection, for some threshold
+        for i in range(50):
+            Finalized()  # garbage in a cycle: freed at a later collection
+            keyed.upsert(f"k{i}", {"n": i})
+    gc.set_threshold(700, 10, 10)
+    faulthandler.cancel_dump_traceback_later()
+    keyed.close()
+    """
+)
+
+
+def test_a_finalizer_that_upserts_while_the_store_is_in_a_transaction_does_not_deadlock(path: Path) -> None:
+    """A garbage-collector finalizer that calls back in (upsert) while the SQLiteStore is inside a
+    transaction, in the same thread: the store's lock was a plain Lock, and the finalizer's write waited
+    for ever for the lock its own thread held. In a child process, with a watchdog: a hang is a failure."""
+    child = subprocess.run(
+        [sys.executable, "-c", FINALIZER_UPSERTS, str(path), repr(T0)],
+        capture_output=True,
+        text=True,
+        timeout=GENEROUS,
+        check=False,
+    )
+    assert child.returncode == 0, f"deadlock or crash:\n{child.stdout}\n{child.stderr}"
+
+
+# -- store errors lose no key ---------------------------------------------------------------------------
+
+
+def test_a_store_error_during_start_leaves_no_key_unarmed(path: Path, clock: ManualClock) -> None:
+    """A store error during start() (a full disk as start() records an interrupted fire as abandoned,
+    Recover.SKIP) used to propagate out of start() half-way: the KeyedScheduler was left started (start()
+    could not be tried again), and the keys after the failing one were never armed: "b" stayed PENDING
+    with a next_run_at and never ran. start() writes its decisions before it arms anything: a store error
+    leaves it as it was, and start() tried again arms every key."""
+    first = Life(path, clock)
+
+    def dies_in_a(key: Any, data: Any) -> None:
+        if key == "a":
+            crash(first)
+            raise RuntimeError("the process is killed during this run")
+
+    first.keyed._run = dies_in_a  # type: ignore[method-assign]
+    first.keyed.start()
+    first.keyed.upsert("a", {"every": 10})
+    first.keyed.upsert("b", {"every": 30})
+    first.advance(10)  # a's run starts, and the process dies in it
+    down(clock, 2)
+    life = Life(path, clock, recover=Recover.SKIP)
+    store = life.keyed._store
+    real = store.save
+    failures = [1]
+
+    def disk_full_once(*args: Any) -> Any:
+        if failures and failures.pop():
+            raise StoreError(f"the {store.name} cannot grow: database or disk is full")
+        return real(*args)
+
+    store.save = disk_full_once  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="disk is full"):
+        life.keyed.start()
+    life.keyed.start()  # (tried again)
+    for _ in range(100):
+        clock.advance(1.0)
+        life.sched.run_pending()
+    life.keyed.close()
+    assert "b" in [key for key, _ in life.ran]
+
+
+def test_a_store_error_in_a_run_dropped_by_backpressure_does_not_lose_its_key(
+    path: Path, clock: ManualClock
+) -> None:
+    """A run dropped by backpressure (ThreadedScheduler, DROP): the key's new row was written unguarded,
+    and when that write failed (a transient full disk) the exception escaped before the key was armed
+    again: the key stayed PENDING with no timer and never ran again (the memory store's case:
+    tests/test_keyed.py, test_a_run_dropped_by_backpressure_does_not_lose_its_key)."""
+    gate = threading.Event()
+    runs: list[str] = []
+
+    def run(key: str, data: Any) -> None:
+        runs.append(key)
+        if key == "blocker":
+            assert gate.wait(GENEROUS)
+
+    store = SQLiteStore(path)
+    failures: list[int] = []
+
+    def disk_full_once(write: Callable[..., Any]) -> Callable[..., Any]:
+        def fails_once(*args: Any) -> Any:
+            if failures and failures.pop():
+                raise StoreError(f"the {store.name} cannot grow: database or disk is full")
+            return write(*args)
+
+        return fails_once
+
+    store.put = disk_full_once(store.put)  # type: ignore[method-assign]
+    store.save = disk_full_once(store.save)  # type: ignore[method-assign]  # (the write of a dropped run)
+    with ThreadedScheduler(clock=clock, workers=1, queue_size=1, backpressure=Backpressure.DROP) as sched:
+        keyed = KeyedScheduler(sched, lambda now, key, data: now + timedelta(seconds=10), run, store=store)
+        keyed.start()
+        for key in ("blocker", "queued", "victim"):
+            keyed.upsert(key)
+        failures.append(1)  # the next write (the dropped run's) fails, once
+        clock.advance(10)
+        deadline = time.monotonic() + GENEROUS
+        while sched.stats().dropped != 1:  # a condition that the scheduler's thread makes true
+            assert time.monotonic() < deadline, "no run was dropped"
+            time.sleep(0.001)
+        gate.set()
+        wait_until_idle(sched)
+        for _ in range(5):
+            clock.advance(10)
+            wait_until_idle(sched)
+        keyed.close()
+    assert failures == []  # (the store error did happen)
+    assert runs.count("victim") > 0

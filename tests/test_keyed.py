@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +26,11 @@ from timerwheel import (
     JobEvent,
     KeyedScheduler,
     KeyState,
+    MemoryStore,
     NotStartedError,
     Reschedule,
     Scheduler,
+    SQLiteStore,
     ThreadedScheduler,
 )
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
@@ -656,6 +659,31 @@ def test_a_key_armed_after_a_silent_step_of_the_wall_clock_fires_at_its_time(d: 
     k.upsert("c", 0.5)  # moved (move_wall_timer) to wall 7217.5
     d.advance(0.5)
     assert ("c", 7217.5) in runs
+
+
+@pytest.mark.parametrize("durable", [False, True], ids=["memory", "sqlite"])
+def test_a_wall_clock_that_steps_back_during_a_run_does_not_make_a_sound_key_invalid(
+    durable: bool, tmp_path: Path
+) -> None:
+    """The wall clock steps back 2 minutes (NTP) while a minutely cron key runs: at the run's end,
+    next_run at the new, earlier now gives a time after now but not after the fire that ran, and the
+    key used to be declared INVALID ("would run again at once, without end"): a sound key stopped for
+    good because of a clock step."""
+    clock = ManualClock(0.0, wall=T0)
+    sched = Scheduler(clock)
+
+    def run(key: Any, data: Any) -> None:
+        clock.set_wall(clock.wall() - 120)  # NTP steps the wall clock back during the run
+
+    store = SQLiteStore(tmp_path / "keys.db") if durable else MemoryStore()
+    k = KeyedScheduler(sched, Cron("* * * * *"), run, store=store)
+    k.start()
+    k.upsert("minutely")
+    clock.advance(60)
+    sched.run_pending()
+    info = k.get("minutely")
+    k.close()
+    assert info is not None and info.state is not KeyState.INVALID, info
 
 
 # -- found by the review of issue 14 -----------------------------------------------------------------------
