@@ -1734,7 +1734,9 @@ FINALIZER_UPSERTS = textwrap.dedent(
 def test_a_finalizer_that_upserts_while_the_store_is_in_a_transaction_does_not_deadlock(path: Path) -> None:
     """A garbage-collector finalizer that calls back in (upsert) while the SQLiteStore is inside a
     transaction, in the same thread: the store's lock was a plain Lock, and the finalizer's write waited
-    for ever for the lock its own thread held. In a child process, with a watchdog: a hang is a failure."""
+    for ever for the lock its own thread held. Then a finalizer that ran between the outer BEGIN and the
+    count of the nesting began a transaction of its own inside it, failed, and rolled the outer one back
+    (both upserts raised). In a child process, with a watchdog: a hang is a failure."""
     child = subprocess.run(
         [sys.executable, "-c", FINALIZER_UPSERTS, str(path), repr(T0)],
         capture_output=True,

@@ -709,21 +709,32 @@ class SQLiteStore:
         with self._lock:
             db = self._conn()
             nested = self._depth > 0
+            # Counted in before BEGIN and out after COMMIT: a finalizer that runs anywhere in between (at
+            # any allocation) joins as a savepoint, and never begins or rolls back a transaction of its own
+            # inside this one. Counted out before a rollback: one that runs during it fails, and says so
+            # (as a savepoint, it would be undone with the rest after it returned).
+            self._depth += 1
+            counted = True
             try:
                 db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
-                self._depth += 1
                 try:
                     result = work(db)
                 except BaseException:
                     self._depth -= 1
+                    counted = False
                     _rollback(db, nested)
                     raise
-                self._depth -= 1
                 db.execute("RELEASE timerwheel_nested" if nested else "COMMIT")
             except sqlite3.Error as exc:
+                if counted:
+                    self._depth -= 1
+                    counted = False
                 if not nested and db.in_transaction:  # (a COMMIT that failed)
                     _rollback(db, nested)
                 raise _sqlite_error(self.name, exc) from None
+            finally:
+                if counted:
+                    self._depth -= 1
             return result
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
