@@ -39,14 +39,10 @@ ALLOWED_PRIVATE = {
     ("_scheduler", "_cancel_id"),
     ("_scheduler", "_move_id"),
     ("_threaded", "_is_owned"),
-    ("testing.simulate", "_db"),
-    ("testing.simulate", "_heard"),
-    ("testing.simulate", "_owner_fd"),
     ("testing.simulate", "_ready"),
     ("testing.simulate", "_report_missed"),
     ("testing.simulate", "_scheduled"),
     ("testing.simulate", "_virtual"),
-    ("testing.simulate", "_wall"),
 }
 
 

@@ -15,6 +15,7 @@ gets a generation above the one deleted (see KeyStore.put).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -521,6 +522,19 @@ def _rollback(db: sqlite3.Connection, nested: bool) -> None:
     except sqlite3.Error:
         if db.in_transaction and not nested:
             raise
+
+
+def abandon(store: SQLiteStore) -> None:
+    """The process died (a simulated kill): drop the store's connection and its owner lock, and write
+    nothing (no rollback, no checkpoint: the file is as the kill left it). The store is unusable after."""
+    db, store._db = store._db, None
+    fd, store._owner_fd = store._owner_fd, None
+    if db is not None:
+        with contextlib.suppress(Exception):
+            db.close()
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _above_floor(db: sqlite3.Connection, values: list[tuple[Any, ...]], floor: int) -> list[tuple[Any, ...]]:

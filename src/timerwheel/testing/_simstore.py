@@ -521,9 +521,9 @@ class SimStore:
         delay = self.process.notify_delay()
         if delay is None:
             return
-        self.process.loop.call_later(delay, self._heard, payload)
+        self.process.loop.call_later(delay, self.heard, payload)
 
-    def _heard(self, payload: str | None) -> None:
+    def heard(self, payload: str | None) -> None:
         holder = self._holder
         if holder is None or self._detached or self._closed:
             return

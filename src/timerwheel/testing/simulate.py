@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .._keyed import CatchUp, KeyedScheduler, Recover, Reschedule
-from .._store import SQLiteStore, StoreError
+from .._store import SQLiteStore, StoreError, abandon
 from . import VirtualTimeLoop
 from ._simstore import SimDatabase, SimStore
 
@@ -507,7 +507,7 @@ class SimulatedCluster:
         p.cut_until, p.cut_hangs = self.now + seconds, hang
         self._fault(p, "hang" if hang else "cut", seconds)
         if self.kind == "shared":
-            self.at(self.now + seconds, lambda: p.alive and p.loop.call_soon(p.store._heard, None))
+            self.at(self.now + seconds, lambda: p.alive and p.loop.call_soon(p.store.heard, None))
 
     def slow(self, which: int | str | Process, seconds: float) -> None:
         """Make a process's store calls slow (10-400 ms each) for `seconds`.
@@ -1081,7 +1081,7 @@ class SimulatedCluster:
                     )
         keyed_keys = {k: (p, info) for p in live for k, info in p.keyed.snapshot().items()}
         for k, (p, info) in keyed_keys.items():
-            wall = p.keyed._wall()  # (the process's wall clock: the one its keys' next runs are on)
+            wall = p.keyed_wall()  # (the process's wall clock: the one its keys' next runs are on)
             if info.next_run_at is None and not info.running:
                 continue  # (disabled, or invalid: nothing to run)
             if info.running and any(
@@ -1198,15 +1198,7 @@ class _FaultyStore:
 
     def abandon(self) -> None:
         """The process died: drop the connection and the owner lock without writing anything."""
-        store: Any = self._store
-        db, store._db = store._db, None
-        fd, store._owner_fd = store._owner_fd, None
-        if db is not None:
-            with contextlib.suppress(Exception):
-                db.close()
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        abandon(self._store)
 
 
 # -- the campaign: a random workload and random faults from one seed ---------------------------------------
