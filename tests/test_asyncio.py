@@ -17,6 +17,7 @@ from timerwheel import (
     AlreadyRunningError,
     AsyncScheduler,
     Backpressure,
+    ClockError,
     ClosedError,
     JobEvent,
     Missed,
@@ -1589,3 +1590,217 @@ def test_stats_count_handles_timeouts_and_sleeps_apart() -> None:
         assert kinds(sched) == (0, 0, 0, 0, 0)  # closed: on the loop's own timers now
 
     run(main)
+
+
+# -- a failing loop clock, and the driver's own checks ---------------------------------------------------
+
+
+class ClockDownForUs(VirtualTimeLoop):
+    """A virtual loop whose time() fails while `fail` is set, when timerwheel reads it (asyncio's own
+    machinery, which runs the handles, still reads it)."""
+
+    fail = False
+
+    def time(self) -> float:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if self.fail and caller.startswith("timerwheel.") and caller != "timerwheel.testing":
+            raise OSError("clock down")
+        return super().time()
+
+
+class ClockDownButForAsyncio(VirtualTimeLoop):
+    """time() fails while `fail` is set, except for asyncio's own machinery (which runs the handles)."""
+
+    fail = False
+
+    def time(self) -> float:
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if self.fail and caller not in ("asyncio.base_events", "timerwheel.testing"):
+            raise OSError("clock down")
+        return super().time()
+
+
+def test_cancelling_the_last_task_while_a_clock_retry_is_armed_clears_the_fault() -> None:
+    """The loop's clock fails once: the driver arms a retry and refuses new work; then the last task is
+    cancelled before the retry fires. Disarming the idle driver took the retry off the loop, so the fault
+    was never cleared and every later schedule() raised ClockError though the clock worked again (found
+    by a review of the compiled drivers)."""
+    loop = ClockDownForUs()
+    results: list[object] = []
+
+    async def main() -> None:
+        sched = AsyncScheduler()
+        sched.start()
+        task = sched.schedule(1, lambda: None)
+        loop.fail = True
+        await asyncio.sleep(1.5)  # our handle fires at 1: the clock fails, a retry is armed
+        loop.fail = False
+        assert sched._fault is not None, "the clock failure was not seen"
+        sched.cancel(task)  # the last task, while the retry is armed
+        await asyncio.sleep(5)  # the retry fires now and finds the clock working
+        for _ in range(3):
+            try:
+                results.append(sched.schedule(1, lambda: None) > 0)
+            except ClockError as exc:
+                results.append(f"ClockError: {exc}")
+            await asyncio.sleep(2)
+        await sched.close()
+
+    run(main, loop)
+    assert results == [True, True, True], "schedule() still refused after the clock recovered"
+
+
+@pytest.mark.parametrize("via_call_later", [False, True], ids=["job", "call_later"])
+@pytest.mark.parametrize("far_task", [False, True], ids=["alone", "far-task"])
+def test_a_clock_fault_seen_inside_a_job_is_retried(far_task: bool, via_call_later: bool) -> None:
+    """A job (or a call_later callback) whose schedule() saw the loop's clock fail left the fault set with
+    no retry armed (the driver was dispatching, so its wake armed nothing): schedule() was refused for
+    ever, or until the next task's due an hour later, though the clock worked again. Found by a review of
+    the compiled drivers."""
+    loop = ClockDownButForAsyncio()
+    seen: list[str] = []
+
+    async def main() -> None:
+        sched = AsyncScheduler()
+        sched.start()
+
+        def job() -> None:
+            loop.fail = True
+            try:
+                sched.schedule(1, print)
+            except ClockError:
+                seen.append("refused")
+            loop.fail = False
+
+        if via_call_later:
+            sched.call_later(1, job)
+        else:
+            sched.schedule(1, job)
+        if far_task:
+            sched.schedule(3600, print)
+        await asyncio.sleep(5)  # well within one back-off (at most 1 s) of the failure
+        try:
+            sched.schedule(1, print)
+            seen.append("accepted")
+        except ClockError:
+            seen.append("still refused")
+        await sched.close()
+
+    run(main, loop)
+    assert seen == ["refused", "accepted"]
+
+
+def test_a_subclass_check_of_the_caller_is_called_by_every_entry() -> None:
+    """An AsyncScheduler subclass that overrides _check_caller() is asked by call_later(float) and
+    TimerHandle.cancel() too (their inline thread check stood in for it), as by schedule() and cancel().
+    Found by a review of the compiled drivers."""
+
+    class Picky(AsyncScheduler):
+        calls = 0
+
+        def _check_caller(self) -> None:
+            Picky.calls += 1
+            super()._check_caller()
+
+    failures: list[str] = []
+
+    async def main() -> None:
+        sched = Picky()
+        sched.start()
+        for name, call in [
+            ("call_later(1.0)", lambda: sched.call_later(1.0, print)),
+            ("handle.cancel()", lambda: sched.call_later(1.0, print).cancel()),
+            ("schedule", lambda: sched.schedule(1.0, print)),
+            ("cancel", lambda: sched.cancel(1)),
+        ]:
+            before = Picky.calls
+            call()
+            if Picky.calls == before:
+                failures.append(f"{name} did not call the subclass's _check_caller")
+        await sched.close()
+
+    run(main)
+    assert not failures
+
+
+def test_an_uninitialised_async_scheduler_cannot_be_closed() -> None:
+    """close() of an AsyncScheduler whose __init__ never ran raises AttributeError, as in the pure-Python
+    build (the compiled one closed it, and it then said "closed"). Found by a review of the compiled
+    drivers."""
+    blank = AsyncScheduler.__new__(AsyncScheduler)
+    with pytest.raises(AttributeError):
+        run(blank.close)
+
+
+class CallAtReadsTime(VirtualTimeLoop):
+    """A virtual loop whose call_at() reads its own time(), as uvloop's does, and whose time() fails while
+    `fail` is set."""
+
+    fail = False
+
+    def time(self) -> float:
+        if self.fail:
+            raise OSError("loop clock broke")
+        return super().time()
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+        self.time()
+        return super().call_at(when, callback, *args, context=context)
+
+
+def _uvloop_reading_a_failing_clock() -> asyncio.AbstractEventLoop:
+    assert uvloop is not None
+
+    class Flaky(uvloop.Loop):  # type: ignore[misc,name-defined]
+        fail = False
+
+        def time(self) -> float:
+            if self.fail:
+                raise OSError("loop clock broke")
+            return super().time()
+
+    return Flaky()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "virtual",
+        pytest.param(
+            "uvloop",
+            marks=pytest.mark.skipif(
+                uvloop is None, reason="uvloop is not installed (it is in the compare extra)"
+            ),
+        ),
+    ],
+)
+def test_a_loop_whose_call_at_reads_a_failing_clock(kind: str) -> None:
+    """On a loop whose call_at() reads its own failing time() (uvloop's does), schedule() raises
+    ClockError, not the loop's OSError, and the loop handle armed before is kept: once the clock works
+    again, the task armed before the failure runs (it was cancelled with no new one armed, and nothing
+    ever ran). Found by a review of the drivers' hot record. On uvloop time is real: the wait is bounded
+    (2 s at most) and ends as soon as the task has run."""
+    loop: Any = CallAtReadsTime() if kind == "virtual" else _uvloop_reading_a_failing_clock()
+
+    async def main() -> None:
+        sched = AsyncScheduler()
+        sched.start()
+        ran: list[str] = []
+        sched.schedule(0.05, lambda: ran.append("armed before"))
+        loop.fail = True
+        try:
+            sched.schedule(0.01, print)
+        except ClockError:
+            pass
+        except OSError as exc:
+            pytest.fail(f"schedule() raised the loop's {exc!r}, not ClockError")
+        finally:
+            loop.fail = False
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if ran:
+                break
+        assert ran == ["armed before"], "the task armed before the failure never ran"
+        await sched.close()
+
+    run(main, loop)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 
 import timerwheel
-from timerwheel import _core_py
+from timerwheel import _core_py, _engine
+from timerwheel.testing import ManualClock
 
 from .conftest import NO_EXTENSIONS
 
@@ -51,6 +53,60 @@ def test_compiled_driver_base_loaded() -> None:
     hot = timerwheel.ThreadedScheduler()._hot
     assert type(hot) is _driver_c._Hot and not hasattr(hot, "__dict__")
     assert type(hot.engine) is _engine.Scheduler
+
+
+@pytest.mark.skipif(_engine.ENGINE != "cython", reason="the pure-Python engine's Scheduler is a plain class")
+def test_the_compiled_scheduler_takes_weak_references_and_attributes() -> None:
+    """The compiled engine makes Scheduler an extension type: it must keep __weakref__ and __dict__, as the
+    pure-Python class has them (weakref.ref, WeakMethod(sched.run_pending), a WeakSet of schedulers, an
+    attribute of the user's, a method monkeypatched per instance). Found by a review of the compiled
+    engine, which had lost both."""
+    sched = timerwheel.Scheduler(ManualClock())
+    failures = []
+    for what, op in [
+        ("weakref.ref(sched)", lambda: weakref.ref(sched)),
+        ("weakref.WeakMethod(sched.run_pending)", lambda: weakref.WeakMethod(sched.run_pending)),
+        ("weakref.WeakSet().add(sched)", lambda: weakref.WeakSet().add(sched)),
+        ("sched.name = 'x'", lambda: setattr(sched, "name", "x")),
+        ("monkeypatch sched.now", lambda: setattr(sched, "now", lambda: 0.0)),
+    ]:
+        try:
+            op()
+        except (TypeError, AttributeError) as exc:
+            failures.append(f"{what}: {type(exc).__name__}: {exc}")
+    assert not failures
+
+
+NONE_FIELDS = {
+    "repr(Run())": "from timerwheel._engine import Run; repr(Run())",
+    "Run().start()": "from timerwheel._engine import Run; Run().start()",
+    "uninitialised .errors": "from timerwheel import Scheduler; Scheduler.__new__(Scheduler).errors",
+    "uninitialised .calendar": "from timerwheel import Scheduler; Scheduler.__new__(Scheduler).calendar",
+    "wall() before super().__init__()": (
+        "from timerwheel import Scheduler\n"
+        "class S(Scheduler):\n"
+        "    def __init__(self, clock):\n"
+        "        self.started = self.wall()\n"
+        "        super().__init__(clock)\n"
+        "S(None)"
+    ),
+}
+
+
+@pytest.mark.skipif(
+    _engine.ENGINE != "cython", reason="the pure-Python engine has no typed fields to crash on"
+)
+@pytest.mark.parametrize("case", NONE_FIELDS)
+def test_the_compiled_engine_raises_on_unset_fields_instead_of_crashing(case: str) -> None:
+    """A Run made by hand, or a Scheduler whose __init__ has not run (Scheduler.__new__, a subclass that
+    calls a method before super().__init__()), has None where the compiled engine types a field (Run.task,
+    Run._engine, Scheduler._reports, Scheduler._cal): it must raise, as the pure-Python engine does, not
+    dereference None. Found by a review of the compiled engine (it died of SIGSEGV). Each case runs in a
+    child process: a crash is the failure."""
+    done = subprocess.run(
+        [sys.executable, "-c", NONE_FIELDS[case]], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode >= 0, f"killed by signal {-done.returncode}\n{done.stderr[-3000:]}"
 
 
 def test_env_var_selects_python() -> None:

@@ -7,12 +7,14 @@ against a model (tests/_reentry.py) with finalizers at arbitrary allocation poin
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -224,3 +226,90 @@ def test_next_due_from_a_finalizer_while_a_node_is_pushed(op: str) -> None:
     assert seen == [100.0005]
     w._check()
     assert w.next_due() == 100.0005
+
+
+class AsksNextDue:
+    """A cycle whose finalizer asks the wheel's next_due() (a weakref.finalize / __del__ may)."""
+
+    def __init__(self, wheel: Any, seen: list[Any]) -> None:
+        self.me, self.wheel, self.seen = self, wheel, seen
+
+    def __del__(self) -> None:
+        self.seen.append(self.wheel.next_due())
+
+
+class Cancels:
+    """A cycle whose finalizer cancels timers (weakref.finalize(conn, wheel.cancel, tid))."""
+
+    def __init__(self, wheel: Any, ids: list[int]) -> None:
+        self.me, self.wheel, self.ids = self, wheel, ids
+
+    def __del__(self) -> None:
+        for t in self.ids:
+            self.wheel.cancel(t)
+
+
+def _collect_inside(call: Any, threshold: int) -> Any:
+    """call() with the collector set to run at its `threshold`-th allocation (the garbage made just before
+    is collected there, and its finalizer runs inside the call); the collector's settings are restored."""
+    gc.set_threshold(threshold)
+    gc.enable()
+    try:
+        return call()
+    finally:
+        gc.disable()
+        gc.set_threshold(700, 10, 10)
+        gc.enable()
+        gc.collect()
+
+
+def test_next_due_is_exact_when_a_finalizer_asks_it_while_the_first_slot_is_computed() -> None:
+    """The pure-Python wheel: a finalizer's next_due(), run while the outer next_due() computes the exact
+    epoch of a slot whose bound is stale, tightens that bound; the outer call then returned the slot it
+    had picked on the old bound, no longer the earliest, and cached its minimum (a driver sleeping until
+    it fired the 6.5 timer 7 s late). Found by a review of the slot heap; every allocation point of the
+    call is tried. The C twin allocates nothing there."""
+    from timerwheel._core_py import FREE, TimerWheel
+
+    bad = []
+    for threshold in range(1, 40):
+        w = TimerWheel(1.0, slots=4, levels=1)
+        a = w.add_at(5.5, "a")  # tick 5: epoch 1 of slot 1
+        w.add_at(13.5, "b")  # tick 13: epoch 3 of slot 1
+        w.cancel(a)  # slot 1 keeps epoch bound 1 (a lower bound; its real epoch is 3)
+        w.add_at(6.5, "c")  # tick 6: epoch 1 of slot 2: the earliest due
+        seen = []
+
+        gc.collect()
+        gc.disable()
+        AsksNextDue(w, seen)
+        got = _collect_inside(w.next_due, threshold)
+        true_min = min(e.due for e in w._entries if e.bucket != FREE)
+        if got != true_min:
+            bad.append((threshold, got, true_min, seen, w.next_due()))
+    assert not bad, "(threshold, next_due(), earliest pending, the finalizer's next_due(), cached)"
+
+
+def test_next_due_when_a_finalizer_empties_the_slot_it_scans() -> None:
+    """The pure-Python wheel: a finalizer that cancels every timer of the earliest slot while next_due()
+    scans it (at the allocation of the slot's snapshot) made next_due() raise ValueError ('min() arg is
+    an empty sequence'); a finalizer may cancel in the middle of any call, and next_due() goes on to the
+    next due. Found by a review of the slot heap; every allocation point of the call is tried."""
+    from timerwheel._core_py import TimerWheel
+
+    errors = []
+    for threshold in range(1, 40):
+        w = TimerWheel(1.0, slots=4, levels=1)
+        ids = [w.add_at(1.5, i) for i in range(3)]
+        w.add_at(2.5, "later")
+        w.next_due()
+        w.cancel(w.add_at(0.5, "x"))  # the cached next_due is invalid: the next call scans
+
+        gc.collect()
+        gc.disable()
+        Cancels(w, ids)
+        try:
+            _collect_inside(w.next_due, threshold)
+        except Exception as exc:
+            errors.append((threshold, repr(exc)))
+    assert not errors

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gc
 import random
+import subprocess
 import sys
+import textwrap
 import weakref
 from types import ModuleType
 from typing import Any
@@ -140,3 +142,86 @@ def test_the_table_holds_its_tasks_and_lets_them_go(core: ModuleType) -> None:
     assert all(ref() is None for ref in refs)
     table[8001] = Task(8001)  # a cleared table takes new ids
     assert len(table) == 1 and table[8001].key == 8001
+
+
+def test_keys_near_2_63_then_small_ones(core: ModuleType) -> None:
+    """A key near 2**63, then a small one (after pop() or clear()): the compiled table crashed the
+    interpreter (base + index overflowed). Found by a review of the task table; in a child process, as a
+    crash is the failure."""
+    code = textwrap.dedent(f"""
+        from {core.__name__} import TaskTable
+        class T:
+            pass
+        table = TaskTable()
+        table[2**63 - 1] = T()
+        table.pop(2**63 - 1)
+        table[5] = five = T()
+        assert table.get(5) is five and len(table) == 1, "a key near 2**63, then a small one"
+        table = TaskTable()
+        table[2**62 + 3] = T()
+        table.clear()
+        table[5] = five
+        assert table.get(5) is five and len(table) == 1, "a key near 2**62, clear(), then a small one"
+        """)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stderr[-3000:]}"
+
+
+def test_pending_while_a_finalizer_discards_every_task() -> None:
+    """Scheduler.pending() (the table's values(), sorted) raised KeyError when a finalizer that the sort
+    ran cleared the table (Scheduler.discard()). Found by a review of the task table; the collector is
+    made to run at each allocation point in turn."""
+    from timerwheel import Scheduler
+    from timerwheel.testing import ManualClock
+
+    class Discarding:
+        """A cycle whose finalizer discards every task of the scheduler."""
+
+        def __init__(self, sched: Scheduler) -> None:
+            self.sched = sched
+            self.me = self
+
+        def __del__(self) -> None:
+            self.sched.discard()
+
+    raised = []
+    for threshold in range(1, 12):
+        sched = Scheduler(ManualClock())
+        ids = [sched.schedule(1.0 + i, print) for i in range(3)]
+        for i in range(2000, 2060):  # some tasks in the table's dict: far ahead of the window
+            sched._tasks[10_000 + i] = sched._tasks[ids[0]]
+        Discarding(sched)
+        gc.collect(0)
+        Discarding(sched)
+        old = gc.get_threshold()
+        gc.set_threshold(threshold)
+        try:
+            sched.pending()
+        except KeyError as exc:
+            raised.append((threshold, exc))
+        finally:
+            gc.set_threshold(*old)
+            gc.collect()
+    assert not raised, "(collector threshold, KeyError)"
+
+
+def test_tasks_that_come_and_go_in_order_keep_the_window_small() -> None:
+    """The window's front moves past its holes (ids start at 1; it stopped at the first): tasks that come
+    and go in order, a FIFO of 500, neither grow the window nor move the pending ones to the dict. Found
+    by a review of the task table."""
+    from timerwheel import Scheduler
+    from timerwheel.testing import ManualClock
+
+    sched = Scheduler(ManualClock())
+    layout = getattr(sched._tasks, "_layout", None)
+    if layout is None:
+        pytest.skip("the engine's table is a dict here (the pure-Python build): it has no window")
+    ids = [sched.schedule(1.0, print) for _ in range(500)]
+    for _ in range(20_000):  # the oldest goes, a new one comes: a FIFO of 500
+        sched.cancel(ids.pop(0))
+        ids.append(sched.schedule(1.0, print))
+    _base, front, window, live, old = layout()
+    assert old == 0 and live == 500, f"FIFO tasks moved to the dict: {layout()}"
+    assert window - front <= 500 + 1024, f"the window kept its holes: {layout()}"

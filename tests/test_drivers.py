@@ -13,6 +13,8 @@ import asyncio
 import inspect
 import logging
 import math
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -765,3 +767,132 @@ def test_the_schedule_signatures_agree_between_the_engine_and_every_driver(metho
     for cls in (ThreadedScheduler, AsyncScheduler):
         assert inspect.signature(cls).parameters["missed"].default is DRIVER_MISSED
     assert (ENGINE_MISSED, DRIVER_MISSED) == (Missed.DELAY, Missed.SKIP)
+
+
+# -- the drivers' own hooks, and drivers whose __init__ never ran ----------------------------------------
+
+
+def test_an_overridden_check_of_the_caller_is_called_by_the_hot_paths() -> None:
+    """A ThreadedScheduler subclass that overrides _check_caller() is asked by schedule(), cancel() and
+    reschedule() as by pending() (the hot paths read a class flag it did not set, and skipped it). Found
+    by a review of the compiled drivers' base."""
+
+    class Picky(ThreadedScheduler):
+        def _check_caller(self) -> None:
+            raise PermissionError("not you")
+
+    sched = Picky(clock=ManualClock(START))
+    sched.start()
+    unchecked = []
+    try:
+        for name, call in [
+            ("schedule", lambda: sched.schedule(1, print)),
+            ("cancel", lambda: sched.cancel(1)),
+            ("reschedule", lambda: sched.reschedule(1, 1.0)),
+            ("pending", sched.pending),
+        ]:
+            try:
+                call()
+            except PermissionError:
+                continue
+            unchecked.append(name)
+    finally:
+        sched.close()
+    assert not unchecked, "these did not call the overridden _check_caller"
+
+
+UNINITIALISED = {
+    "ThreadedScheduler.start()": """
+from timerwheel import ThreadedScheduler
+try:
+    ThreadedScheduler.__new__(ThreadedScheduler).start()
+except (AttributeError, TypeError):  # (its lock is missing, or None in the compiled build)
+    pass
+else:
+    raise SystemExit("start() succeeded")
+""",
+    "AsyncScheduler.start()": """
+from timerwheel import AsyncScheduler
+try:
+    AsyncScheduler.__new__(AsyncScheduler).start()
+except (AttributeError, RuntimeError):
+    pass
+else:
+    raise SystemExit("start() succeeded")
+""",
+    "schedule(), cancel(), reschedule()": """
+from timerwheel import AsyncScheduler, ThreadedScheduler
+for cls in (ThreadedScheduler, AsyncScheduler):
+    for name in ("schedule", "cancel", "reschedule"):
+        s = cls.__new__(cls)
+        args = {"schedule": (1, print), "cancel": (1,), "reschedule": (1, 1.0)}[name]
+        try:
+            getattr(s, name)(*args)
+        except AttributeError:
+            continue
+        except Exception as exc:
+            raise SystemExit(f"{cls.__name__}.{name} raised {exc!r}, not AttributeError")
+        raise SystemExit(f"{cls.__name__}.{name} succeeded")
+""",
+}
+
+
+@pytest.mark.parametrize("case", UNINITIALISED)
+def test_a_driver_whose_init_never_ran_raises(case: str) -> None:
+    """A driver made with __new__ alone: start() raises (the compiled build started it, its state None
+    taken for new), and schedule(), cancel() and reschedule() raise AttributeError as in the pure-Python
+    build (the compiled one said "the scheduler is closed"). Found by a review of the compiled drivers'
+    base. In a child process: the interpreter must not crash either."""
+    done = subprocess.run(
+        [sys.executable, "-c", UNINITIALISED[case]], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+
+
+def test_the_wall_clock_of_an_async_scheduler_without_a_loop_is_not_started() -> None:
+    """wall() of an AsyncScheduler made outside a loop raises NotStartedError (it raised AttributeError
+    on None). Found by a review of the compiled drivers' base."""
+    with pytest.raises(NotStartedError):
+        AsyncScheduler().wall()
+
+
+def test_cancel_does_not_ask_the_length_of_the_store() -> None:
+    """ThreadedScheduler.cancel() asked len(store) on every cancel, for a hook it does not have: a store
+    whose __len__ fails then failed cancels that had happened. Found by a review of the compiled drivers'
+    base."""
+
+    class Store(HeapQueue):
+        def __len__(self) -> int:
+            raise RuntimeError("len() asked")
+
+    sched = ThreadedScheduler(clock=ManualClock(START), store=Store(START))
+    sched.start()
+    try:
+        ids = [sched.schedule(100, print) for _ in range(3)]
+        assert [sched.cancel(i) for i in ids] == [True, True, True]
+    finally:
+        sched.close()
+
+
+def test_a_store_that_closes_the_scheduler_during_schedule() -> None:
+    """Something that schedule() runs closes the scheduler meanwhile (a store or a clock of the user's, a
+    finalizer the collector runs): schedule() raises ClosedError and arms nothing, as close() promises
+    stats().pending == 0 (it returned an id, and the task stayed armed on the closed scheduler). Found by
+    a review of the drivers' hot record."""
+
+    class ClosingStore(HeapQueue):
+        armed = False
+
+        def add_at(self, due: float, item: object) -> int:
+            if self.armed:
+                self.armed = False
+                sched.close()
+            return super().add_at(due, item)
+
+    store = ClosingStore(START)
+    sched = ThreadedScheduler(clock=ManualClock(START), store=store)
+    sched.start()
+    store.armed = True
+    with pytest.raises(ClosedError):
+        sched.schedule(100, print)
+    assert sched.stats().pending == 0 and sched.pending() == []

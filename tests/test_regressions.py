@@ -1,8 +1,8 @@
 """The reproducers of the hostile reviews not yet moved to the test module of their subject, each a
 script in tests/regressions/ that exits 0 when the behaviour it checks holds (and printed FAIL, exit 1,
 on the code it was written against): pNN_* from the review of PostgresStore (each starts a PostgreSQL
-server of its own with tests/_pg.py), eNN_* from that of the compiled engine and the slot heap. Each runs
-in a process of its own; the backend is the one under test (TIMERWHEEL_NO_EXTENSIONS is inherited)."""
+server of its own with tests/_pg.py). Each runs in a process of its own; the backend is the one under
+test (TIMERWHEEL_NO_EXTENSIONS is inherited)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from . import _pg
 
 HERE = Path(__file__).parent / "regressions"
-SCRIPTS = sorted([*HERE.glob("p[0-9]*.py"), *HERE.glob("e[0-9]*.py")])
+SCRIPTS = sorted(HERE.glob("p[0-9]*.py"))
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import gc
 import logging
@@ -23,6 +24,7 @@ from timerwheel import (
     Stats,
     TimerInfo,
 )
+from timerwheel._heap import HeapQueue
 from timerwheel.drivers import TIMER_KINDS, Run, Timer, WallTimer
 from timerwheel.testing import ManualClock
 
@@ -1265,3 +1267,159 @@ def test_a_timer_class_of_an_unknown_kind_is_refused_when_made(
     class is made (the engine reads it at every arm and disarm, unchecked)."""
     with pytest.raises(error, match=message):
         type("Bad", (Timer,), {"__slots__": (), "kind": kind})
+
+
+# -- task ids, the timer store's ids, and a one-shot's plan ------------------------------------------------
+
+
+def test_a_task_id_given_as_an_int_subclass_is_found(make: MakeSched, clock: ManualClock) -> None:
+    """A task id given as an int subclass (an IntEnum member) is the same id: it was not found, cancel()
+    said False and the task ran anyway. Found by a review of the task table."""
+    s = make(clock)
+    ran: list[int] = []
+    tid = s.schedule(5.0, ran.append, args=(1,))
+    job = enum.IntEnum("Job", {"FIRST": tid})
+    assert s.next_fire_time(job.FIRST) == clock() + 5.0
+    assert s.cancel(job.FIRST) is True
+    clock.advance(10.0)
+    s.run_pending()
+    assert ran == [] and s.stats().pending == 0, "the task cancelled through an IntEnum id ran"
+
+
+class OwnIds(HeapQueue):
+    """A store that numbers its timers its own way: the heap's ids shifted by OFFSET."""
+
+    OFFSET = 0
+
+    def add_at(self, due: float, item: object) -> int:
+        return super().add_at(due, item) + self.OFFSET
+
+    def cancel(self, timer_id: int) -> bool:
+        return super().cancel(timer_id - self.OFFSET)
+
+    def reschedule_at(self, timer_id: int, due: float) -> bool:
+        return super().reschedule_at(timer_id - self.OFFSET, due)
+
+    def advance(self, now: float) -> list[tuple[int, object]]:
+        return [(i + self.OFFSET, x) for i, x in super().advance(now)]
+
+
+@pytest.mark.parametrize("offset", [-2, -1, 2**63 - 1])
+def test_a_store_id_out_of_range_is_refused_naming_the_store(offset: int) -> None:
+    """A timer store whose add_at() returns something that is not an id from 1 to 2**63 - 1 (-1, 0,
+    2**63) raised SystemError or OverflowError ("delay is too far ahead") in the compiled engine and left
+    the timer in the store: schedule() raises a TypeError naming the store's add_at, with nothing left
+    armed. Found by a review of the C timer ids."""
+    store = type("Shifted", (OwnIds,), {"OFFSET": offset})()
+    s = Scheduler(ManualClock(), store=store)
+    with pytest.raises(TypeError) as raised:
+        s.schedule(1.0, print)
+    assert "store" in str(raised.value) and "add_at" in str(raised.value)
+    assert len(store) == 0 and s.stats().pending == 0 and s.pending() == [], "left armed"
+
+
+def test_a_store_s_own_ids_in_range_are_taken_as_they_are() -> None:
+    """The other side of the range check: a store whose ids are its own, but from 1 to 2**63 - 1, works
+    (reschedule and cancel reach its timer)."""
+    s = Scheduler(ManualClock(), store=type("Shifted", (OwnIds,), {"OFFSET": 7})())
+    tid = s.schedule(1.0, print)
+    assert s.reschedule(tid, 2.0) and s.cancel(tid) and len(s.store) == 0
+
+
+def test_a_refused_reschedule_keeps_the_waiting_run_of_a_one_shot(clock: ManualClock) -> None:
+    """reschedule() of a one-shot whose run waits in a driver, to a due the store cannot hold: the waiting
+    run was forgotten before the store refused, so the task never ran again. The OverflowError leaves the
+    run waiting and counted. Found by a review of the task table."""
+    s = Scheduler(clock)
+    runs: list[Run] = []
+
+    class Holding:
+        """A driver that takes runs and starts them later."""
+
+        def execute(self, run: Run) -> None:
+            runs.append(run)
+
+        def wake(self, due: float) -> None:
+            pass
+
+        def timed_out(self, run: Run) -> None:
+            pass
+
+    tid = s.schedule(1.0, print)
+    clock.advance(2.0)
+    s.drain(s.now(), Holding())  # type: ignore[arg-type]
+    with pytest.raises(OverflowError):
+        s.reschedule(tid, 1e300)
+    assert not runs[0].cancelled and s.stats().queued == 1, "the failed reschedule forgot the waiting run"
+
+
+def _reschedule_wall_with_a_collection_at(pad: int) -> tuple[bool, int, int]:
+    """reschedule_wall() of a one-shot, the collector set to run at about its pad-th allocation, with
+    garbage whose finalizer cancels the task; then the task's due passes."""
+    clock = ManualClock(0.0, wall=1_000_000.0)
+    s = Scheduler(clock)
+    task_id = s.schedule(100.0, lambda: None)
+
+    class Canceller:
+        def __del__(self) -> None:
+            s.cancel(task_id)
+
+    call = s.reschedule_wall  # (bound first: no allocation at the call)
+    gc.collect()
+    c = Canceller()
+    c.me = c  # type: ignore[attr-defined]  # cyclic garbage with a finalizer: only the collector frees it
+    del c
+    old = gc.get_threshold()
+    gc.set_threshold(gc.get_count()[0] + pad)
+    try:
+        moved = call(task_id, 1_000_050.0)
+    finally:
+        gc.set_threshold(*old)
+    clock.advance(200.0)
+    s.run_pending()
+    return moved, s.calendar, s.stats().pending
+
+
+def _reschedule_wall_with_garbage_made_at_the_clock_read() -> tuple[bool, int, int]:
+    """The same finalizer, made garbage at the clock read of reschedule() (the collector then runs at the
+    next allocation, wherever that falls)."""
+    now = [0.0]
+    reads = [0]
+    target = [-1]
+
+    def clock() -> float:
+        reads[0] += 1
+        if reads[0] == target[0]:
+            c = Canceller()
+            c.me = c  # type: ignore[attr-defined]
+            del c
+            gc.set_threshold(1)
+        return now[0]
+
+    s = Scheduler(clock, wall_clock=lambda: 1_000_000.0 + now[0])
+    task_id = s.schedule(100.0, print)
+
+    class Canceller:
+        def __del__(self) -> None:
+            s.cancel(task_id)
+
+    old = gc.get_threshold()
+    target[0] = reads[0] + 2  # now() in reschedule_wall(), then reschedule()'s own reading
+    try:
+        moved = s.reschedule_wall(task_id, 1_000_050.0)
+    finally:
+        gc.set_threshold(*old)
+    return moved, s.calendar, s.stats().pending
+
+
+def test_a_finalizer_that_cancels_a_one_shot_as_reschedule_wall_moves_it() -> None:
+    """reschedule_wall() of a plain one-shot gave it its own plan after the move, and that allocation may
+    run the collector: a finalizer that cancelled the task there left it in the calendar set (calendar
+    stayed 1 with nothing pending, the task and its job kept alive, a driver waking to watch the wall
+    clock for it). The plan is made before the move, and the task joins the calendar only if it is still
+    live. Found by a review of the plan record; each allocation of the call is tried in turn."""
+    moved, calendar, pending = _reschedule_wall_with_garbage_made_at_the_clock_read()
+    assert not (calendar and not pending), f"at the clock read: moved {moved}, calendar {calendar}"
+    for pad in range(8):
+        moved, calendar, pending = _reschedule_wall_with_a_collection_at(pad)
+        assert not (calendar and not pending), f"pad {pad}: moved {moved}, calendar {calendar}"
