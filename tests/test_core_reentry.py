@@ -1,8 +1,9 @@
 """Finalizers that the garbage collector runs in the middle of a wheel operation, calling back into it.
 
-Each test runs in a child process, so that a crash (the Cython core used to segfault here) is a failure
-and not a lost test run: the issue's reproducers, the same through the Scheduler, and a randomized test
-against a model (tests/_reentry.py) with finalizers at arbitrary allocation points.
+The tests that could crash the interpreter run in a child process, so that a crash (the Cython core used
+to segfault here) is a failure and not a lost test run: the first reproducers, the same through the
+Scheduler, and a randomized test against a model (tests/_reentry.py) with finalizers at arbitrary
+allocation points. The pure-Python twin's next_due() under re-entry is checked in this process.
 """
 
 from __future__ import annotations
