@@ -546,8 +546,10 @@ def test_upserts_racing_fires_never_resurrect_a_fired_timer() -> None:
     k.start()
 
     def churn(seed: int) -> None:
+        # (each thread its own keys: with keys shared, a thread's note "removed" could land after another
+        # thread's upsert of the same key, and a live key's runs were taken for runs after its removal)
         for i in range(300):
-            key = f"k{(seed * 7 + i) % 20}"
+            key = f"k{seed}-{i % 7}"
             if i % 5 == 4:
                 if k.remove(key):
                     with lock:
