@@ -988,25 +988,32 @@ def test_what_a_keyboard_interrupt_leaves_due_keeps_its_order(make: MakeSched, c
     assert log == ["task B", "timer T", "task C"]
 
 
+class _Holding:
+    """A driver that takes runs and starts them later (they wait in `runs`)."""
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+
+    def execute(self, run: Run) -> None:
+        self.runs.append(run)
+
+    def wake(self, due: float) -> None:
+        pass
+
+    def timed_out(self, run: Run) -> None:
+        pass
+
+
 def test_forget_refuses_a_run_whose_task_is_live(make: MakeSched, clock: ManualClock) -> None:
     """forget() is for a run whose task was cancelled; a driver that will not execute a live task's run
     drop()s it (counted): forget() would leave a one-shot neither armed nor finished."""
     s = make(clock)
-    runs: list[Run] = []
-
-    class Holding:
-        def execute(self, run: Run) -> None:
-            runs.append(run)
-
-        def wake(self, due: float) -> None:
-            pass
-
-        def timed_out(self, run: Run) -> None:
-            pass
+    holding = _Holding()
+    runs = holding.runs
 
     tid = s.schedule(1, print)
     clock.advance(1)
-    s.drain(s.now(), Holding())  # type: ignore[arg-type]
+    s.drain(s.now(), holding)  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="its task was not cancelled"):
         runs[0].forget()
     assert s.stats().queued == 1
@@ -1331,23 +1338,12 @@ def test_a_refused_reschedule_keeps_the_waiting_run_of_a_one_shot(clock: ManualC
     run was forgotten before the store refused, so the task never ran again. The OverflowError leaves the
     run waiting and counted. Found by a review of the task table."""
     s = Scheduler(clock)
-    runs: list[Run] = []
-
-    class Holding:
-        """A driver that takes runs and starts them later."""
-
-        def execute(self, run: Run) -> None:
-            runs.append(run)
-
-        def wake(self, due: float) -> None:
-            pass
-
-        def timed_out(self, run: Run) -> None:
-            pass
+    holding = _Holding()
+    runs = holding.runs
 
     tid = s.schedule(1.0, print)
     clock.advance(2.0)
-    s.drain(s.now(), Holding())  # type: ignore[arg-type]
+    s.drain(s.now(), holding)  # type: ignore[arg-type]
     with pytest.raises(OverflowError):
         s.reschedule(tid, 1e300)
     assert not runs[0].cancelled and s.stats().queued == 1, "the failed reschedule forgot the waiting run"
