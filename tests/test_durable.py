@@ -42,7 +42,7 @@ from timerwheel import (
     StoreError,
     ThreadedScheduler,
 )
-from timerwheel._store import StoredKey
+from timerwheel._stores import StoredKey
 from timerwheel.testing import ManualClock, wait_until_idle
 
 T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC).timestamp()

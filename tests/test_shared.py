@@ -31,7 +31,7 @@ from timerwheel import (
     StoreError,
     ThreadedScheduler,
 )
-from timerwheel._postgres import SCHEMA_VERSION
+from timerwheel._stores.postgres import SCHEMA_VERSION
 from timerwheel.testing import ManualClock
 
 from . import _pg
@@ -134,7 +134,7 @@ def test_the_schema_is_created_once_when_many_processes_start_together(dsn: str)
 
 
 def test_a_fire_is_taken_only_by_the_holder_of_its_key_and_generation(dsn: str) -> None:
-    from timerwheel._store import StoredKey
+    from timerwheel._stores import StoredKey
 
     a, b = PostgresStore(dsn, lease=1.0), PostgresStore(dsn, lease=1.0)
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
@@ -168,7 +168,7 @@ def test_a_fire_is_taken_only_by_the_holder_of_its_key_and_generation(dsn: str) 
 def test_a_keys_generation_never_goes_back_across_a_delete(dsn: str) -> None:
     """A key deleted and stored again used to start at generation 1 again: a late end of the old
     generation's run, fenced by generation only, could then pass for the new one's."""
-    from timerwheel._store import StoredKey
+    from timerwheel._stores import StoredKey
 
     store = PostgresStore(dsn, lease=1.0)
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
@@ -188,7 +188,7 @@ def test_a_keys_generation_never_goes_back_across_a_delete(dsn: str) -> None:
 def test_a_version_1_schema_is_migrated(dsn: str) -> None:
     """Version 1's timerwheel_start_fire returned a boolean; a function's result type cannot be
     replaced in place, so the migration drops it first."""
-    from timerwheel._store import StoredKey
+    from timerwheel._stores import StoredKey
 
     PostgresStore(dsn, lease=1.0).close()
     sql(
@@ -217,7 +217,7 @@ def test_a_version_1_schema_is_migrated(dsn: str) -> None:
 def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
     """A statement that a row lock or its timeout stops is a StoreError naming what could not be done
     (psycopg's own error is its __cause__), raised within the lock timeout."""
-    from timerwheel._store import StoredKey
+    from timerwheel._stores import StoredKey
 
     store = PostgresStore(dsn, lease=1.0, lock_timeout=0.2)
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)

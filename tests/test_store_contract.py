@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from timerwheel import MemoryStore, SQLiteStore, StoreError
-from timerwheel._store import FinishedFire, StoredFire, StoredKey
+from timerwheel._stores import FinishedFire, StoredFire, StoredKey
 
 US = 1_000_000
 T = 1_800_000_000 * US  # a time in the fires' unit (microseconds since the epoch)

@@ -25,8 +25,7 @@ from ._keyed import (
     Recover,
     Reschedule,
 )
-from ._postgres import PostgresStore
-from ._store import MemoryStore, SQLiteStore, StoreError
+from ._stores import MemoryStore, PostgresStore, SQLiteStore, StoreError
 from ._threaded import ThreadedScheduler
 from ._types import (
     AlreadyRunningError,

@@ -33,7 +33,7 @@ from zoneinfo import ZoneInfo
 from ._clock import utc_not_after
 from ._drivers import DriverBase, check_caller, engine_of, lifecycle_of, lock_of
 from ._engine import JobContext, Scheduler, WallTimer, log_safely
-from ._store import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
+from ._stores import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
 from ._types import ClosedError, Lifecycle, RunOptions
 from ._validate import boolean, callable_or_none, count, function, member, seconds
 

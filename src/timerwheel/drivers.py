@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._store import FinishedFire, KeyStore, SharedHolder, StoredFire, StoredKey
+from ._stores import FinishedFire, KeyStore, SharedHolder, StoredFire, StoredKey
 
 if TYPE_CHECKING:
     from ._scheduler import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer

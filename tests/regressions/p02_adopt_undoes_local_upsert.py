@@ -12,7 +12,7 @@ from datetime import timedelta
 from _common import fail, fresh_db, server, sql
 
 from timerwheel import KeyedScheduler, PostgresStore, ThreadedScheduler
-from timerwheel._store import StoredKey
+from timerwheel._stores import StoredKey
 
 srv = server()
 try:

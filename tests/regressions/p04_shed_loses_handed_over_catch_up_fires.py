@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from _common import fail, fresh_db, server, wait_for
 
 from timerwheel import CatchUp, KeyedScheduler, PostgresStore, ThreadedScheduler
-from timerwheel._store import StoredKey
+from timerwheel._stores import StoredKey
 
 P = 0.5
 G0 = 0.0  # the key's grid, G0 + n * P (set below)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from .._store import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
+from .._stores import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
 
 __all__ = ["SimDatabase", "SimStore"]
 

@@ -50,7 +50,7 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .._keyed import CatchUp, KeyedScheduler, Recover, Reschedule
-from .._store import SQLiteStore, StoreError, abandon
+from .._stores import SQLiteStore, StoreError, abandon
 from . import VirtualTimeLoop
 from ._simstore import SimDatabase, SimStore
 

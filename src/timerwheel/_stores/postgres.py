@@ -35,9 +35,10 @@ import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from ._store import (
+from .._validate import seconds as _seconds
+from .protocols import SharedHolder
+from .rows import (
     FinishedFire,
-    SharedHolder,
     StoredFire,
     StoredKey,
     StoreError,
@@ -47,7 +48,6 @@ from ._store import (
     key_row,
     stored_key,
 )
-from ._validate import seconds as _seconds
 
 __all__ = ["PostgresStore"]
 

@@ -1,0 +1,141 @@
+"""The rows a store holds and their checks: a key's row (StoredKey), an unfinished fire (StoredFire), a
+fire to mark finished (FinishedFire), the key's stored form (JSON of a str or an int), and StoreError.
+
+Times are integers of microseconds since the epoch (UTC), so that a scheduled time is an exact key.
+key_row and fire_row build a row from what a store read, and raise ValueError saying what is wrong with
+it; the store turns that into a StoreError naming its file and the row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Hashable
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be used: another owner has it, it is not a timerwheel store, it has content
+    this timerwheel cannot read, it is read-only, or it failed (its message names the file)."""
+
+
+class StoredKey(NamedTuple):
+    """A key's row. Times in microseconds since the epoch (UTC), or None."""
+
+    key: Hashable
+    data: str  # JSON
+    generation: int
+    state: str  # a KeyState's value
+    next_run_at: int | None
+    last_scheduled_for: int | None
+    last_error: str | None
+
+
+class StoredFire(NamedTuple):
+    """A fire that started and never finished (the process stopped during its run)."""
+
+    key: Hashable
+    generation: int
+    scheduled_for: int
+    attempts: int
+
+
+class FinishedFire(NamedTuple):
+    """A fire to mark finished (with its error: why it did not run)."""
+
+    key: Hashable
+    generation: int
+    scheduled_for: int
+    finished_at: int
+    error: str | None
+
+
+def encode_key(key: Any) -> str:
+    """A key as stored: JSON of a str or an int (so that "1" and 1 stay two keys). TypeError otherwise,
+    ValueError for an int too long to write."""
+    if type(key) is str or (type(key) is int):
+        try:
+            return json.dumps(key)
+        except ValueError as exc:  # an int of more digits than int->str converts
+            raise ValueError(f"key: an int too long for a durable store ({exc})") from None
+    raise TypeError(f"key must be a str or an int with a durable store, not {type(key).__name__}")
+
+
+def decode_key(text: str) -> Hashable:
+    return json.loads(text)  # type: ignore[no-any-return]
+
+
+# -- reading a file's rows: every value checked as it is loaded --------------------------------------------
+
+_STATES = frozenset(("pending", "running", "disabled", "invalid"))  # KeyState's values (tests pin them)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The times a stored key may have: what a UTC datetime can show, a day inside its limits (the keyed
+# layer's _MIN_POSIX and _MAX_POSIX), in the microseconds a store keeps: exact integers.
+_MIN_US = (datetime.min.replace(tzinfo=UTC) + timedelta(days=1) - _EPOCH) // timedelta(microseconds=1)
+_MAX_US = (datetime.max.replace(tzinfo=UTC) - timedelta(days=1) - _EPOCH) // timedelta(microseconds=1)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON = json.JSONDecoder(parse_constant=_no_constant)  # strict: what the keyed layer writes (allow_nan=False)
+
+
+def stored_key(text: Any) -> Hashable:
+    """A stored key decoded. ValueError unless it is the JSON that encode_key writes for a str or an int
+    (so that no two rows are one key)."""
+    if type(text) is not str:
+        raise ValueError(f"the key is {type(text).__name__}, not text")
+    try:
+        key = _JSON.raw_decode(text)[0]
+        if encode_key(key) == text:  # (which also refuses anything after the JSON)
+            return key  # type: ignore[no-any-return]
+    except (TypeError, ValueError, RecursionError):
+        pass
+    raise ValueError("the key is not the JSON of a str or an int as timerwheel writes it")
+
+
+def _check_int(what: str, value: Any, low: int, high: int | None = None) -> None:
+    if type(value) is not int or value < low or (high is not None and value > high):
+        bounds = f">= {low}" if high is None else f"from {low} to {high} (a time a UTC datetime can show)"
+        raise ValueError(f"its {what} is {value!r}, not an int {bounds}")
+
+
+def _check_time(what: str, value: Any) -> None:
+    if value is not None and not (type(value) is int and _MIN_US <= value <= _MAX_US):
+        _check_int(what, value, _MIN_US, _MAX_US)
+
+
+def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> StoredKey:
+    """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
+    key = stored_key(k)
+    if type(d) is not str:
+        raise ValueError(f"its data is {type(d).__name__}, not JSON text")
+    try:
+        whole = _JSON.raw_decode(d)[1] == len(d)  # (what the keyed layer writes: JSON, no whitespace)
+    except (ValueError, RecursionError):
+        whole = False
+    if not whole:
+        try:
+            _JSON.decode(d)  # (JSON with whitespace around it; or the error that says what is wrong)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"its data is not JSON ({exc})") from None
+    if type(g) is not int or g < 0:
+        _check_int("generation", g, 0)
+    if s not in _STATES:
+        raise ValueError(f"its state is {s!r}, not one of {', '.join(sorted(_STATES))}")
+    _check_time("next_run_at", n)
+    _check_time("last_scheduled_for", last)
+    if e is not None and type(e) is not str:
+        raise ValueError(f"its last_error is {type(e).__name__}, not text or NULL")
+    return StoredKey(key, d, g, s, n, last, e)
+
+
+def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:
+    """A row of timerwheel_fires (unfinished), checked as key_row checks a key's."""
+    key = stored_key(k)
+    _check_int("generation", g, 0)
+    _check_int("scheduled_for", at, _MIN_US, _MAX_US)
+    _check_int("attempts", attempts, 1)
+    return StoredFire(key, g, at, attempts)
