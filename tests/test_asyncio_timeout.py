@@ -636,7 +636,7 @@ def test_nan_deadline_is_refused_and_changes_nothing() -> None:
 
 def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
     """On the Pythons we support, the wheel path is taken (a renamed state would use asyncio's timers)."""
-    from timerwheel import _asyncio
+    from timerwheel._drivers import asyncio as _asyncio
 
     assert _asyncio._ENTERED is asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]
 

@@ -27,9 +27,9 @@ ALLOWED_CYCLES = [
 
 # (module, name): a private name of another module that a module uses today.
 ALLOWED_PRIVATE = {
-    ("_asyncio", "_State"),
-    ("_asyncio", "_engine"),
-    ("_asyncio", "_thread_id"),
+    ("_drivers.asyncio", "_State"),
+    ("_drivers.asyncio", "_engine"),
+    ("_drivers.asyncio", "_thread_id"),
     ("_driver", "_is_coroutine_marker"),
     ("_driver", "_schedule_at"),
     ("_driver", "_schedule_in"),
@@ -38,7 +38,7 @@ ALLOWED_PRIVATE = {
     ("_scheduler", "_add_id"),
     ("_scheduler", "_cancel_id"),
     ("_scheduler", "_move_id"),
-    ("_threaded", "_is_owned"),
+    ("_drivers.threaded", "_is_owned"),
     ("testing.simulate", "_ready"),
     ("testing.simulate", "_report_missed"),
     ("testing.simulate", "_scheduled"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._clock import Clock
 from ._core import BACKEND, TimerWheel
 from ._cron import Cron
+from ._drivers.threaded import ThreadedScheduler
 from ._engine import JobContext, Scheduler
 from ._heap import HeapScheduler
 from ._keyed import (
@@ -26,7 +27,6 @@ from ._keyed import (
     Reschedule,
 )
 from ._stores import MemoryStore, PostgresStore, SQLiteStore, StoreError
-from ._threaded import ThreadedScheduler
 from ._types import (
     AlreadyRunningError,
     Backpressure,
@@ -48,13 +48,13 @@ from ._version import __version__
 logging.getLogger("timerwheel").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
-    from ._asyncio import AsyncScheduler, TimerHandle
+    from ._drivers.asyncio import AsyncScheduler, TimerHandle
 
 
 def __getattr__(name: str) -> Any:
     """AsyncScheduler and TimerHandle are imported on first use: importing asyncio costs ~35 ms."""
     if name in ("AsyncScheduler", "TimerHandle"):
-        from . import _asyncio
+        from ._drivers import asyncio as _asyncio
 
         return getattr(_asyncio, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

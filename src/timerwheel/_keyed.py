@@ -331,8 +331,8 @@ class KeyedScheduler:
         recover: Recover = Recover.RERUN,
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None = None,
     ) -> None:
-        from ._asyncio import AsyncScheduler
-        from ._threaded import ThreadedScheduler
+        from ._drivers.asyncio import AsyncScheduler
+        from ._drivers.threaded import ThreadedScheduler
 
         if not isinstance(scheduler, (Scheduler, ThreadedScheduler, AsyncScheduler)):
             raise TypeError(
@@ -2015,7 +2015,7 @@ class KeyedScheduler:
                 )
 
         if self._async:
-            from ._asyncio import loop_of
+            from ._drivers.asyncio import loop_of
 
             with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
                 loop_of(self._sched).call_soon_threadsafe(guarded)

@@ -165,7 +165,7 @@ def wait_until_idle(scheduler: Any, timeout: float = 10.0) -> None:
         TimeoutError: not idle within `timeout` seconds.
         TypeError: not a ThreadedScheduler.
     """
-    from .._threaded import wait_until_idle as wait
+    from .._drivers.threaded import wait_until_idle as wait
 
     wait(scheduler, timeout)
 

@@ -375,7 +375,7 @@ class SimulatedCluster:
                 assert self._dir is not None
                 path, self._copy = self._copy or self._file(), None
                 process.store = _FaultyStore(SQLiteStore(path), process)
-        from .._asyncio import AsyncScheduler
+        from .._drivers.asyncio import AsyncScheduler
 
         sched = AsyncScheduler(loop=process.loop, wall_clock=wall)
         process.keyed = KeyedScheduler(

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # asyncio is imported by TaskPool itself, on first use: `import timerwheel` stays light
     import asyncio
 
-from ._engine import Run
-from ._types import Backpressure
+from .._engine import Run
+from .._types import Backpressure
 
 __all__ = ["TaskPool", "WorkerPool"]
 

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._clock import Clock, as_clock
-from ._drivers import CALENDAR_WAKE, DriverBase, lock_of
-from ._engine import Run, TimerStore, log_safely
-from ._pool import WorkerPool
-from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
-from ._validate import count, member, seconds
+from .._clock import Clock, as_clock
+from .._engine import Run, TimerStore, log_safely
+from .._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
+from .._validate import count, member, seconds
+from . import CALENDAR_WAKE, DriverBase, lock_of
+from .pools import WorkerPool
 
 __all__ = ["ThreadedScheduler", "wait_until_idle"]
 

@@ -20,12 +20,12 @@ from functools import partial
 from threading import get_ident
 from typing import Any
 
-from ._clock import Clock
-from ._drivers import CALENDAR_WAKE, DriverBase
-from ._engine import Run, Timer, TimerStore
-from ._pool import TaskPool
-from ._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
-from ._validate import count, deadline, function, member
+from .._clock import Clock
+from .._engine import Run, Timer, TimerStore
+from .._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
+from .._validate import count, deadline, function, member
+from . import CALENDAR_WAKE, DriverBase
+from .pools import TaskPool
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
 
