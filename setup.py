@@ -45,20 +45,22 @@ def extensions() -> list[Extension]:
     except ImportError:
         print("*** timerwheel: Cython is not installed; installing the pure-Python backend.", file=sys.stderr)
         return []
-    core = Extension("timerwheel._core_c", ["src/timerwheel/_core_c.pyx"])
-    # The job engine, compiled from its own source: _scheduler.py is the pure-Python engine and, built by
-    # Cython with the C types of _scheduler_c.pxd, the module _scheduler_c (one source, two builds).
-    # Annotations are documentation only: the types are all in the .pxd.
-    engine = Extension("timerwheel._scheduler_c", ["src/timerwheel/_scheduler.py"])
-    drivers = Extension("timerwheel._driver_c", ["src/timerwheel/_driver.py"])  # the same, for their base
+    core = Extension("timerwheel._core._wheel_c", ["src/timerwheel/_core/_wheel_c.pyx"])
+    # The job engine, compiled from its own source: _engine/scheduler.py is the pure-Python engine and,
+    # built by Cython with the C types of _engine/_scheduler_c.pxd (found by the module's name), the module
+    # _engine._scheduler_c (one source, two builds). Annotations are documentation only: the types are all
+    # in the .pxd.
+    engine = Extension("timerwheel._engine._scheduler_c", ["src/timerwheel/_engine/scheduler.py"])
+    # the same, for the drivers' base
+    drivers = Extension("timerwheel._drivers._base_c", ["src/timerwheel/_drivers/base.py"])
     # nonecheck: a typed field that is None (a Run made by hand, a Scheduler whose __init__ has not run)
     # raises AttributeError, as in Python, instead of crashing the interpreter.
     directives = {"language_level": "3", "annotation_typing": False, "binding": True}
     # Cython tracks the .pxd of a .pyx by its name, not the .pxd that the engine's module name finds:
     # regenerate the engine's C when either .pxd is newer than it.
-    pxds = ["src/timerwheel/_scheduler_c.pxd", "src/timerwheel/_core_c.pxd"]
-    stale = _newer("src/timerwheel/_scheduler.c", *pxds)
-    stale_drivers = _newer("src/timerwheel/_driver.c", "src/timerwheel/_driver_c.pxd", *pxds)
+    pxds = ["src/timerwheel/_engine/_scheduler_c.pxd", "src/timerwheel/_core/_wheel_c.pxd"]
+    stale = _newer("src/timerwheel/_engine/scheduler.c", *pxds)
+    stale_drivers = _newer("src/timerwheel/_drivers/base.c", "src/timerwheel/_drivers/_base_c.pxd", *pxds)
     checked = {**directives, "nonecheck": True}
     return [
         *cythonize([core], compiler_directives=directives),

@@ -30,8 +30,8 @@ with open(OLD, "w") as f:
 try:
     builds = {
         "python, before": importlib.import_module("timerwheel._scheduler_old"),
-        "python, now": importlib.import_module("timerwheel._scheduler"),
-        "compiled, now": importlib.import_module("timerwheel._scheduler_c"),
+        "python, now": importlib.import_module("timerwheel._engine.scheduler"),
+        "compiled, now": importlib.import_module("timerwheel._engine._scheduler_c"),
     }
 finally:
     os.remove(OLD)

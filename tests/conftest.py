@@ -22,12 +22,12 @@ def _c_module() -> ModuleType | None:
     if NO_EXTENSIONS:
         return None
     try:
-        return importlib.import_module("timerwheel._core_c")
+        return importlib.import_module("timerwheel._core._wheel_c")
     except ImportError:
         return None
 
 
-BACKENDS = {"python": importlib.import_module("timerwheel._core_py"), "cython": _c_module()}
+BACKENDS = {"python": importlib.import_module("timerwheel._core.wheel"), "cython": _c_module()}
 
 
 @pytest.fixture(params=["cython", "python"])

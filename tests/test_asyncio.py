@@ -134,7 +134,7 @@ def test_start_needs_a_loop() -> None:
 def test_a_start_that_fails_to_make_the_engine_can_be_retried() -> None:
     """Found in review: a start() that failed while making the engine left the loop bound and no engine:
     the second start() said it succeeded, and schedule() and close() raised AttributeError."""
-    from timerwheel._heap import HeapQueue
+    from timerwheel._engine.heap import HeapQueue
 
     store = HeapQueue(5000.0)  # ahead of the loop's clock (1000): refused when the engine is made
 

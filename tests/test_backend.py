@@ -10,7 +10,8 @@ import weakref
 import pytest
 
 import timerwheel
-from timerwheel import _core_py, _engine
+from timerwheel import _engine
+from timerwheel._core import wheel as _core_py
 from timerwheel.testing import ManualClock
 
 from .conftest import NO_EXTENSIONS
@@ -20,7 +21,7 @@ from .conftest import NO_EXTENSIONS
 def test_cython_backend_loaded() -> None:
     """A normal install must have built and loaded the extension: fails if the build silently fell back."""
     assert timerwheel.BACKEND == "cython"
-    from timerwheel import _core_c
+    from timerwheel._core import _wheel_c as _core_c
 
     assert timerwheel.TimerWheel is _core_c.TimerWheel
     assert _core_c.__file__.endswith((".so", ".pyd"))
@@ -30,7 +31,8 @@ def test_cython_backend_loaded() -> None:
 def test_compiled_engine_loaded() -> None:
     """The job engine is compiled too (its own source, _scheduler.py, built by Cython): the user's
     schedule() and cancel() go straight into compiled code."""
-    from timerwheel import _engine, _scheduler_c
+    from timerwheel import _engine
+    from timerwheel._engine import _scheduler_c
 
     assert _engine.ENGINE == "cython"
     assert timerwheel.Scheduler is _scheduler_c.Scheduler
@@ -43,7 +45,8 @@ def test_compiled_driver_base_loaded() -> None:
     """The drivers' shared base is compiled too (_driver.py built by Cython): ThreadedScheduler's and
     AsyncScheduler's schedule(), cancel() and reschedule() are compiled code, and what they read is the
     hot record, an extension type whose fields are C fields (no instance dictionary)."""
-    from timerwheel import _driver_c, _drivers, _engine
+    from timerwheel import _drivers, _engine
+    from timerwheel._drivers import _base_c as _driver_c
 
     assert _drivers.DriverBase is _driver_c.DriverBase
     assert _driver_c.__file__.endswith((".so", ".pyd"))
@@ -119,10 +122,10 @@ def test_env_var_selects_python() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [
         "python",
-        "timerwheel._core_py",
+        "timerwheel._core.wheel",
         "python",
-        "timerwheel._scheduler",
-        "timerwheel._driver",
+        "timerwheel._engine.scheduler",
+        "timerwheel._drivers.base",
     ]
 
 
@@ -145,7 +148,7 @@ def test_the_pure_engine_needs_no_cython() -> None:
 def test_no_python_wrapper_on_the_hot_path() -> None:
     """wheel.add and friends are the backend's own methods: nothing sits between the user and the C code."""
     if timerwheel.BACKEND == "cython":
-        from timerwheel import _core_c
+        from timerwheel._core import _wheel_c as _core_c
 
         assert timerwheel.TimerWheel is _core_c.TimerWheel
         assert type(timerwheel.TimerWheel().add).__name__ == "builtin_function_or_method"
@@ -221,7 +224,7 @@ def test_stub_matches_the_python_twin() -> None:
     import inspect
     from pathlib import Path
 
-    stub = ast.parse((Path(_core_py.__file__).parent / "_core_c.pyi").read_text())
+    stub = ast.parse((Path(_core_py.__file__).parent / "_wheel_c.pyi").read_text())
     stub_funcs = {n.name: n for n in stub.body if isinstance(n, ast.FunctionDef)}
     classes = {n.name: n for n in stub.body if isinstance(n, ast.ClassDef)}
     assert set(classes) == {n for n in _core_py.__all__ if isinstance(getattr(_core_py, n), type)}

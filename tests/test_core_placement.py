@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from timerwheel import _core_py
+from timerwheel._core import wheel as _core_py
 
 
 def boundary_cases(bits: int, levels: int) -> list[tuple[int, int, int]]:

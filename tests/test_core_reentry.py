@@ -25,7 +25,7 @@ HERE = Path(__file__).parent
 def child(code: str, core: ModuleType, *args: str) -> str:
     """Run `code` (or, with args, the script tests/_reentry.py) in a fresh interpreter on `core`'s backend."""
     env = dict(os.environ)
-    if core.__name__.endswith("_core_py"):
+    if core.__name__.endswith(".wheel"):
         env["TIMERWHEEL_NO_EXTENSIONS"] = "1"
     else:
         env.pop("TIMERWHEEL_NO_EXTENSIONS", None)
@@ -199,7 +199,7 @@ def test_next_due_from_a_finalizer_while_a_node_is_pushed(op: str) -> None:
 
     heappush is wrapped to run the finalizer's call at that very point, deterministically (a tuple from
     the free list does not run the GC, so the Chain of the other tests would rarely reach it)."""
-    from timerwheel import _core_py as core
+    from timerwheel._core import wheel as core
 
     w = core.TimerWheel(0.001)
     crowd = [w.add_at(100.0 + k / 1000, k) for k in range(100)]  # one level-2 slot: a slot heap
@@ -270,7 +270,7 @@ def test_next_due_is_exact_when_a_finalizer_asks_it_while_the_first_slot_is_comp
     had picked on the old bound, no longer the earliest, and cached its minimum (a driver sleeping until
     it fired the 6.5 timer 7 s late). Found by a review of the slot heap; every allocation point of the
     call is tried. The C twin allocates nothing there."""
-    from timerwheel._core_py import FREE, TimerWheel
+    from timerwheel._core.wheel import FREE, TimerWheel
 
     bad = []
     for threshold in range(1, 40):
@@ -296,7 +296,7 @@ def test_next_due_when_a_finalizer_empties_the_slot_it_scans() -> None:
     scans it (at the allocation of the slot's snapshot) made next_due() raise ValueError ('min() arg is
     an empty sequence'); a finalizer may cancel in the middle of any call, and next_due() goes on to the
     next due. Found by a review of the slot heap; every allocation point of the call is tried."""
-    from timerwheel._core_py import TimerWheel
+    from timerwheel._core.wheel import TimerWheel
 
     errors = []
     for threshold in range(1, 40):

@@ -37,7 +37,7 @@ from timerwheel import (
     ThreadedScheduler,
 )
 from timerwheel._drivers import DriverBase
-from timerwheel._heap import HeapQueue
+from timerwheel._engine.heap import HeapQueue
 from timerwheel._types import DRIVER_MISSED, ENGINE_MISSED, Lifecycle
 from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
 

@@ -16,8 +16,13 @@ import timerwheel
 
 PACKAGE = Path(timerwheel.__file__).parent
 
-# The compiled builds of a module stand for its source (`_scheduler_c` is `_scheduler.py` compiled).
-FOLDED = {"_scheduler_c": "_scheduler", "_driver_c": "_driver", "_core_c": "_core_py"}
+# The compiled builds of a module stand for its source (`_engine._scheduler_c` is `_engine/scheduler.py`
+# compiled; `_core._wheel_c` is the Cython twin of `_core/wheel.py`).
+FOLDED = {
+    "_engine._scheduler_c": "_engine.scheduler",
+    "_drivers._base_c": "_drivers.base",
+    "_core._wheel_c": "_core.wheel",
+}
 
 # Import cycles that exist today (each a set of modules).
 ALLOWED_CYCLES = [
@@ -30,14 +35,14 @@ ALLOWED_PRIVATE = {
     ("_drivers.asyncio", "_State"),
     ("_drivers.asyncio", "_engine"),
     ("_drivers.asyncio", "_thread_id"),
-    ("_driver", "_is_coroutine_marker"),
-    ("_driver", "_schedule_at"),
-    ("_driver", "_schedule_in"),
-    ("_driver", "_store"),
-    ("_driver", "_thread_id"),
-    ("_scheduler", "_add_id"),
-    ("_scheduler", "_cancel_id"),
-    ("_scheduler", "_move_id"),
+    ("_drivers.base", "_is_coroutine_marker"),
+    ("_drivers.base", "_schedule_at"),
+    ("_drivers.base", "_schedule_in"),
+    ("_drivers.base", "_store"),
+    ("_drivers.base", "_thread_id"),
+    ("_engine.scheduler", "_add_id"),
+    ("_engine.scheduler", "_cancel_id"),
+    ("_engine.scheduler", "_move_id"),
     ("_drivers.threaded", "_is_owned"),
     ("testing.simulate", "_ready"),
     ("testing.simulate", "_report_missed"),
@@ -71,13 +76,13 @@ def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
     targets = []
     for alias in node.names:
         sub = f"{stem}.{alias.name}" if stem else alias.name
-        known = {name for name, _ in _ALL}
+        known = {name for name, _ in _ALL} | set(FOLDED)
         targets.append(sub if sub in known else (stem or "__init__"))
     return [FOLDED.get(t, t) for t in targets]
 
 
 _ALL = list(modules())
-MODULES = {part for name, _ in _ALL for part in name.split(".")} | set(FOLDED)
+MODULES = {part for name in [*(n for n, _ in _ALL), *FOLDED] for part in name.split(".")}
 
 
 def imports() -> dict[str, set[str]]:
@@ -160,9 +165,9 @@ def private_reach() -> set[tuple[str, str]]:
     """(module, name): an `x._name` (x not self or cls), a `getattr(x, "_name")` or a `from m import _name`
     in a module that does not define `_name` itself."""
     pxd = {
-        src: set(re.findall(r"\b(_[a-z]\w*)\b", (PACKAGE / f"{pxd}.pxd").read_text()))
+        src: set(re.findall(r"\b(_[a-z]\w*)\b", (PACKAGE / f"{pxd.replace('.', '/')}.pxd").read_text()))
         for pxd, src in FOLDED.items()
-        if (PACKAGE / f"{pxd}.pxd").exists()
+        if (PACKAGE / f"{pxd.replace('.', '/')}.pxd").exists()
     }
     found: set[tuple[str, str]] = set()
     for name, tree in _ALL:

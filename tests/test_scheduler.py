@@ -24,7 +24,7 @@ from timerwheel import (
     Stats,
     TimerInfo,
 )
-from timerwheel._heap import HeapQueue
+from timerwheel._engine.heap import HeapQueue
 from timerwheel.drivers import TIMER_KINDS, Run, Timer, WallTimer
 from timerwheel.testing import ManualClock
 
@@ -1024,7 +1024,7 @@ def test_forget_refuses_a_run_whose_task_is_live(make: MakeSched, clock: ManualC
 
 def test_a_store_ahead_of_the_clock_is_refused(clock: ManualClock) -> None:
     """Its dues would be behind the clock's: a job due in 5 s would run at once."""
-    from timerwheel._heap import HeapQueue
+    from timerwheel._engine.heap import HeapQueue
 
     with pytest.raises(ValueError, match="store is ahead of the clock"):
         Scheduler(clock, store=HeapQueue(clock() + 100))

@@ -14,7 +14,7 @@ from ._core import BACKEND, TimerWheel
 from ._cron import Cron
 from ._drivers.threaded import ThreadedScheduler
 from ._engine import JobContext, Scheduler
-from ._heap import HeapScheduler
+from ._engine.heap import HeapScheduler
 from ._keyed import (
     CatchUp,
     Fence,

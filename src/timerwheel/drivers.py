@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ._stores import FinishedFire, KeyStore, SharedHolder, StoredFire, StoredKey
 
 if TYPE_CHECKING:
-    from ._scheduler import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
+    from ._engine.scheduler import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
 else:
     from ._engine import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
 

@@ -1,8 +1,8 @@
 """Pick the build of the drivers' shared base, once, at import: compiled wherever the engine is.
 
-The base has one source, _driver.py. Built with Cython (setup.py compiles that very file, with the C
-types of _driver_c.pxd) it is the module _driver_c, whose hot record types the engine as the compiled
-Scheduler and calls it as C: it is used with the compiled engine only (see _engine.py). Imported as it
+The base has one source, base.py. Built with Cython (setup.py compiles that very file, with the C
+types of _base_c.pxd) it is the module _base_c, whose hot record types the engine as the compiled
+Scheduler and calls it as C: it is used with the compiled engine only (see timerwheel._engine). Imported as it
 is, it is the pure-Python base. Both builds pass the same tests. The drivers (ThreadedScheduler,
 AsyncScheduler) and the keyed layer import these names from here; the engine does not know of them.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .._engine import ENGINE
 
 if TYPE_CHECKING:
-    from .._driver import (
+    from .base import (
         CALENDAR_WAKE,
         DriverBase,
         check_caller,
@@ -27,9 +27,9 @@ else:
     try:
         if ENGINE != "cython":
             raise ImportError("the pure-Python engine: the pure-Python base")
-        from .. import _driver_c as _build
+        from . import _base_c as _build
     except ImportError:
-        from .. import _driver as _build
+        from . import base as _build
     CALENDAR_WAKE = _build.CALENDAR_WAKE
     DriverBase = _build.DriverBase
     check_caller = _build.check_caller

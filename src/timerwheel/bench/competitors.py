@@ -126,7 +126,7 @@ class WheelPy(Wheel):
     name, title, big = "timerwheel-py", "timerwheel TimerWheel (pure Python)", False
 
     def _class(self) -> Any:
-        from timerwheel._core_py import TimerWheel
+        from timerwheel._core.wheel import TimerWheel
 
         return TimerWheel
 

@@ -1,12 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, cdivision=True, binding=False
 # cython: embedsignature=True, embedsignature.format=python
-"""The Cython timing wheel: the algorithm of _core_py.py, function for function, over C arrays.
+"""The Cython timing wheel: the algorithm of wheel.py, function for function, over C arrays.
 
 boundscheck and wraparound are off: every index below is a pool index (< _size), a bucket index
 (< number of buckets) or a position (< the bucket's length), kept so by the bookkeeping that _check() verifies.
 cdivision is on: every division and shift here is of non-negative integers.
 
-Re-entrancy (see _core_py.py): no Python code can run in the middle of a change here, because nothing in a
+Re-entrancy (see wheel.py): no Python code can run in the middle of a change here, because nothing in a
 change allocates a Python object that the garbage collector tracks or drops the last reference to an
 item: buckets and the pool grow with PyMem_Realloc and list appends. advance() frees the entries of every
 due timer before it builds its result (the tuples are the one allocation that can run the GC), so a
@@ -46,7 +46,7 @@ cdef extern from *:
     int tw_bitlen64(uint64_t x) nogil
 
 
-# The same constants as _core_py.py, with the same reasons (written there).
+# The same constants as wheel.py, with the same reasons (written there).
 MIN_SLOTS = 4
 MAX_SLOTS = 4096
 MAX_LEVELS = 8
@@ -57,13 +57,13 @@ ID_MASK = 0xFFFFFFFF
 FREE = -1
 
 cdef enum:
-    HEAP_MIN = 32       # a bucket of more entries than this gets the slot heap (see _core_py.HEAP_MIN)
+    HEAP_MIN = 32       # a bucket of more entries than this gets the slot heap (see wheel.HEAP_MIN)
     C_TICK_BITS = 62
     C_ID_BITS = 32
     C_FREE = -1
 cdef uint32_t C_ID_MASK = 0xFFFFFFFFu     # also the "no entry" mark that ends the free list
 cdef double C_MAX_TICKS = <double>(1ULL << 62)
-cdef uint64_t C_MAX_GEN = 1ULL << 31   # _core_py.MAX_GEN: an entry of this generation is retired
+cdef uint64_t C_MAX_GEN = 1ULL << 31   # wheel.MAX_GEN: an entry of this generation is retired
 
 
 cdef int _fired_cmp(const void* a, const void* b) noexcept nogil:
@@ -75,18 +75,18 @@ cdef int _fired_cmp(const void* a, const void* b) noexcept nogil:
 
 
 cpdef inline int level_for(int64_t elapsed, int64_t tick, int bits, int top) noexcept:
-    """The level of a timer due at `tick` (> `elapsed`) with the wheel at tick `elapsed` (see _core_py)."""
+    """The level of a timer due at `tick` (> `elapsed`) with the wheel at tick `elapsed` (see wheel)."""
     cdef int level = (tw_bitlen64(<uint64_t>(elapsed ^ tick)) - 1) // bits
     return level if level < top else top
 
 
 cpdef inline int slot_for(int64_t tick, int level, int bits) noexcept:
-    """The slot of `tick` at `level`: its level-th base-`slots` digit (see _core_py)."""
+    """The slot of `tick` at `level`: its level-th base-`slots` digit (see wheel)."""
     return <int>((tick >> (level * bits)) & ((1 << bits) - 1))
 
 
 cpdef inline int64_t rounds_for(int64_t elapsed, int64_t tick, int span_bits) noexcept:
-    """How many more turns of the top level before `tick`'s top slot expires (see _core_py)."""
+    """How many more turns of the top level before `tick`'s top slot expires (see wheel)."""
     return (tick >> span_bits) - (elapsed >> span_bits)
 
 
@@ -116,9 +116,9 @@ cdef inline object _make_id(uint64_t gen, uint32_t idx):
 
 
 cdef class _Wheel:
-    """The wheel's storage and its internal operations (see _core_py._Wheel); TimerWheel is its face."""
+    """The wheel's storage and its internal operations (see wheel._Wheel); TimerWheel is its face."""
 
-    # (its fields are declared in _core_c.pxd, where the engine, compiled, can see them)
+    # (its fields are declared in _wheel_c.pxd, where the engine, compiled, can see them)
 
     def __cinit__(self, resolution=0.001, *, slots=64, levels=4, start=0.0):
         # Everything is set up here, not in __init__: TimerWheel.__new__(TimerWheel) alone gives a valid
@@ -180,7 +180,7 @@ cdef class _Wheel:
 
     @cython.final
     cdef int64_t _tick_of(self, double t, str name) except -2:
-        """floor((t - start) * (1 / resolution)), -1 before start; OverflowError at 2**62 ticks (see _core_py)."""
+        """floor((t - start) * (1 / resolution)), -1 before start; OverflowError at 2**62 ticks (see wheel)."""
         cdef double x = (t - self._start) * self._ticks_per_second
         if x < 0:
             return -1
@@ -305,7 +305,7 @@ cdef class _Wheel:
         cdef Entry* entry = &self._entries[idx]
         entry.gen += 1
         entry.bucket = C_FREE
-        if entry.gen < C_MAX_GEN:  # (else retired: see _core_py.MAX_GEN)
+        if entry.gen < C_MAX_GEN:  # (else retired: see wheel.MAX_GEN)
             entry.pos = self._free
             self._free = idx
         item = self._items[idx]
@@ -323,7 +323,7 @@ cdef class _Wheel:
         cdef Entry* entry
         _check_id(timer_id)
         v = PyLong_AsLongLongAndOverflow(timer_id, &overflow)
-        if overflow:  # 2**63 or more, or below -2**63: no id (see _core_py.MAX_GEN)
+        if overflow:  # 2**63 or more, or below -2**63: no id (see wheel.MAX_GEN)
             return -1
         return self._lookup_id(v)
 
@@ -565,7 +565,7 @@ cdef class _Wheel:
             taken.append(self._release(idx))
         return 0
 
-    # -- the slot heap: next_due() in O(1) amortised (see _core_py._Wheel._slot_min) --------------------
+    # -- the slot heap: next_due() in O(1) amortised (see wheel._Wheel._slot_min) --------------------
 
     @cython.final
     cdef void _heap_push(self, uint32_t idx) noexcept:
@@ -695,7 +695,7 @@ cdef class _Wheel:
         return entry.bucket >> self._bits, entry.bucket & (self._slots - 1), entry.pos
 
     def _age(self, idx, gen):
-        """Tests only: as _core_py._Wheel._age."""
+        """Tests only: as wheel._Wheel._age."""
         assert 0 <= idx < self._size and self._entries[idx].bucket == C_FREE and 0 < gen < C_MAX_GEN
         self._entries[idx].gen = gen
 
@@ -1022,7 +1022,7 @@ cdef long long TABLE_MAX = 1LL << 62   # keys from here on live in the dict: bas
 
 @cython.final
 cdef class TaskTable:
-    """The job engine's tasks by id, a dict for ids handed out 1, 2, 3, ... (see _core_py.TaskTable).
+    """The job engine's tasks by id, a dict for ids handed out 1, 2, 3, ... (see wheel.TaskTable).
 
     Tasks live in a window, a list indexed by id - base, while their ids are recent; older ones, still
     pending when the window moves on, in a dict. A new id appends to the window; a removed one leaves None,

@@ -33,10 +33,10 @@ except ImportError:  # no Cython here: the decorators mean nothing to the pure-P
 
     cython = SimpleNamespace(cclass=lambda cls: cls, freelist=lambda n: lambda cls: cls)
 
-from ._clock import Clock, as_clock, utc_not_after
-from ._core import TaskTable, TimerWheel
-from ._types import ENGINE_MISSED, JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
-from ._validate import (
+from .._clock import Clock, as_clock, utc_not_after
+from .._core import TaskTable, TimerWheel
+from .._types import ENGINE_MISSED, JobEvent, Missed, RepeatMode, RunOptions, Stats, TimerInfo
+from .._validate import (
     arguments,
     callable_or_none,
     exception_types,
@@ -56,7 +56,7 @@ logger = logging.getLogger("timerwheel")
 MAX_ERRORS = 1000
 _NO_OPTIONS = RunOptions()
 # Constants the hot paths compare against (the compiled build keeps them as C values, see _scheduler_c.pxd).
-_COMPILED = __name__.endswith("_c")  # this file, built by Cython as timerwheel._scheduler_c
+_COMPILED = __name__.endswith("_c")  # this file, built by Cython as timerwheel._engine._scheduler_c
 _INF = math.inf
 _NAN = math.nan  # compares false with everything: a clock reading that is not a float takes now()
 _FIXED_DELAY = RepeatMode.FIXED_DELAY
@@ -1804,7 +1804,7 @@ class Scheduler(_Engine):
             ValueError: a bad expression or zone (the message quotes it). TypeError: as schedule();
                 tz given with a Cron. ImportError: cronsim is missing (pip install 'timerwheel[cron]').
         """
-        from ._cron import Cron
+        from .._cron import Cron
 
         if isinstance(cron, Cron):
             if tz is not None:

@@ -1,8 +1,8 @@
 """Pick the build of the job engine, once, at import: compiled wherever the core is.
 
-The engine has one source, _scheduler.py. Built with Cython (setup.py compiles that very file, with the C
+The engine has one source, scheduler.py. Built with Cython (setup.py compiles that very file, with the C
 types of _scheduler_c.pxd) it is the module _scheduler_c; imported as it is, it is the pure-Python engine.
-Both builds pass the same tests. The compiled one is used with the Cython core (see _core.py: the same
+Both builds pass the same tests. The compiled one is used with the Cython core (see timerwheel._core: the same
 TIMERWHEEL_NO_EXTENSIONS switch turns it off), unless it is missing (a build that compiled only the
 core). Every other module imports these names from here (the drivers' base is picked in _drivers, above).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._core import BACKEND
+from .._core import BACKEND
 
 if TYPE_CHECKING:
-    from ._scheduler import (
+    from .scheduler import (
         TIMER_KINDS,
         Driver,
         JobContext,
@@ -37,7 +37,7 @@ else:
         except ImportError:  # the core alone was built: the engine runs as Python
             pass
     if ENGINE == "python":
-        from . import _scheduler as _build
+        from . import scheduler as _build
     TIMER_KINDS = _build.TIMER_KINDS
     Driver = _build.Driver
     JobContext = _build.JobContext

@@ -1,4 +1,4 @@
-"""The pure-Python timing wheel: the readable reference that _core_c.pyx mirrors function for function.
+"""The pure-Python timing wheel: the readable reference that _wheel_c.pyx mirrors function for function.
 
 Read this file first. The Cython twin has the same names, the same constants and the same order of steps;
 where it uses a trick for speed (C arrays, bit scans), the trick is named here in a comment.
@@ -32,8 +32,8 @@ import math
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-from ._validate import identifier
-from ._validate import seconds as _seconds
+from .._validate import identifier
+from .._validate import seconds as _seconds
 
 __all__ = [
     "MAX_LEVELS",

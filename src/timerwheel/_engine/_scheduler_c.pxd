@@ -1,12 +1,12 @@
-# The compiled build of the job engine: Cython compiles _scheduler.py itself into the module
-# timerwheel._scheduler_c (see setup.py), and this file, found by that module's name, gives its records C
-# types. One source, two builds: the pure-Python engine is _scheduler.py imported as it is, and every rule
+# The compiled build of the job engine: Cython compiles scheduler.py itself into the module
+# timerwheel._engine._scheduler_c (see setup.py), and this file, found by that module's name, gives its records C
+# types. One source, two builds: the pure-Python engine is scheduler.py imported as it is, and every rule
 # is written once, there. What this file may say: the types of attributes and locals, and which methods
 # become cpdef (callable from C without a Python call). It must never change what the code does.
 cimport cython
 
-from timerwheel._core_c cimport TaskTable as _CTable
-from timerwheel._core_c cimport TimerWheel as _CWheel
+from timerwheel._core._wheel_c cimport TaskTable as _CTable
+from timerwheel._core._wheel_c cimport TimerWheel as _CWheel
 
 cdef double _INF, _NAN
 cdef Py_ssize_t _KEYS, _HANDLES, _TIMEOUTS, _SLEEPS, _DEADLINES, _KINDS

@@ -1,10 +1,10 @@
-# What the compiled engine (timerwheel._scheduler_c) sees of the Cython core: the wheel's storage, so that
+# What the compiled engine (timerwheel._engine._scheduler_c) sees of the Cython core: the wheel's storage, so that
 # it calls add_at(), cancel() and reschedule_at() as C functions, without a Python call. The fields and
-# the storage's methods are documented where they are defined, in _core_c.pyx.
+# the storage's methods are documented where they are defined, in _wheel_c.pyx.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
-ctypedef struct Entry:      # _core_py._Entry, 40 bytes
+ctypedef struct Entry:      # wheel._Entry, 40 bytes
     double due
     int64_t tick
     uint64_t seq

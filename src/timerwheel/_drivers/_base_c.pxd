@@ -1,5 +1,5 @@
-# The compiled build of the drivers' shared base: Cython compiles _driver.py itself into the module
-# timerwheel._driver_c (see setup.py), as it does the engine. DriverBase stays a Python class there (its
+# The compiled build of the drivers' shared base: Cython compiles base.py itself into the module
+# timerwheel._drivers._base_c (see setup.py), as it does the engine. DriverBase stays a Python class there (its
 # methods compiled): as a cdef class with typed fields its hot paths cost half as many instructions, but
 # on CPython 3.11 the Python subclasses of an extension type lose the interpreter's fast instance
 # attributes (41 ns per `self.x` read against 12), which made TimerHandle.reset and the drivers' own
@@ -8,7 +8,7 @@
 # module constants, of _Hot's fields, and of functions. It must never change what the code does.
 cimport cython
 
-from timerwheel._scheduler_c cimport Scheduler as _CScheduler
+from timerwheel._engine._scheduler_c cimport Scheduler as _CScheduler
 
 cdef object _NEW, _RUNNING, _AS_COROUTINE, _FUNCTION, _PLAIN_CALLABLES
 cdef long _CO_COROUTINE

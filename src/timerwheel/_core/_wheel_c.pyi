@@ -1,4 +1,4 @@
-"""Type stub of the Cython backend: the same public surface as the pure-Python twin (_core_py)."""
+"""Type stub of the Cython backend: the same public surface as the pure-Python twin (wheel)."""
 
 from typing import Any, Final, final
 

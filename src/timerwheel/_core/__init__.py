@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._core_py import TaskTable, TimerWheel
+    from .wheel import TaskTable, TimerWheel
 
     BACKEND: str
 else:
@@ -20,12 +20,12 @@ else:
     BACKEND = "python"
     if _want_c:
         try:
-            from ._core_c import TaskTable, TimerWheel
+            from ._wheel_c import TaskTable, TimerWheel
 
             BACKEND = "cython"
         except ImportError:  # built without a compiler: the install said so; fall back quietly
             pass
     if BACKEND == "python":
-        from ._core_py import TaskTable, TimerWheel
+        from .wheel import TaskTable, TimerWheel
 
 __all__ = ["BACKEND", "TaskTable", "TimerWheel"]

@@ -23,10 +23,10 @@ from functools import partial
 from threading import get_ident
 from typing import Any
 
-from ._clock import Clock
-from ._core import TimerWheel
-from ._engine import Run, Scheduler, TimerStore, log_safely
-from ._types import (
+from .._clock import Clock
+from .._core import TimerWheel
+from .._engine import Run, Scheduler, TimerStore, log_safely
+from .._types import (
     AlreadyRunningError,
     ClockError,
     ClosedError,
@@ -39,7 +39,7 @@ from ._types import (
     Stats,
     TimerInfo,
 )
-from ._validate import boolean, callable_or_none, member, timer_store
+from .._validate import boolean, callable_or_none, member, timer_store
 
 __all__ = ["CALENDAR_WAKE", "DriverBase", "Lifecycle", "is_async"]
 
@@ -384,7 +384,7 @@ class DriverBase:
 class _Hot:
     """What schedule(), schedule_at(), cancel() and reschedule() read, in one record beside the driver.
 
-    In the compiled build it is an extension type (see _driver_c.pxd): its fields are C fields, read
+    In the compiled build it is an extension type (see _base_c.pxd): its fields are C fields, read
     without the dictionary lookup that each attribute of the driver (a Python class) costs there, and its
     engine is the compiled Scheduler, called as C. `running` and `accepting` follow the driver's `_state`
     and `_fault`: DriverBase._set_state() and _set_fault(), their only writers, keep them in step.

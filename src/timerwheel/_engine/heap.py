@@ -9,10 +9,10 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ._clock import Clock, as_clock
-from ._engine import Scheduler
-from ._types import JobEvent
-from ._validate import seconds as _seconds
+from .._clock import Clock, as_clock
+from .._types import JobEvent
+from .._validate import seconds as _seconds
+from . import Scheduler
 
 __all__ = ["HeapQueue", "HeapScheduler"]
 
