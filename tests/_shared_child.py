@@ -141,7 +141,22 @@ class Journal:
         }
 
 
+def wait_started(journal: Path, names: list[str], timeout: float = 120.0) -> None:
+    """Wait until each named child has journaled its start (its R line): a child signalled before then
+    would be stopped before it held any key, and a test's measured span would not be the children's."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = {line.split()[1] for line in journal.read_text().splitlines() if line.startswith("R ")}
+        if set(names) <= seen:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"children not started within {timeout} s: {sorted(set(names) - seen)}")
+        time.sleep(0.05)
+
+
 def main() -> None:
+    stop = threading.Event()  # (first: a SIGTERM during start-up stops the child cleanly, once started)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     dsn, journal, name, lease = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     period = float(sys.argv[5]) if len(sys.argv) > 5 else 0.5
     fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -155,9 +170,6 @@ def main() -> None:
         at = round(ctx.scheduled_for * 1_000_000)
         log(f"S {key} {at} {name} {round(store.wall() * 1_000_000)} {ctx.fence.attempt}")
         log(f"F {key} {at} {name} {round(store.wall() * 1_000_000)}")
-
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     def missed(key: str, data: Any, count: int, first: datetime, last: datetime) -> None:
         log(f"M {key} {round(first.timestamp() * 1e6)} {round(last.timestamp() * 1e6)} {count}")

@@ -35,7 +35,7 @@ from timerwheel._stores.postgres import SCHEMA_VERSION
 from timerwheel.testing import ManualClock
 
 from . import _pg
-from ._shared_child import Journal, seed, spawn
+from ._shared_child import Journal, seed, spawn, wait_started
 
 pytestmark = pytest.mark.skipif(
     _pg.bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
@@ -421,6 +421,7 @@ def test_four_processes_run_every_fire_once(dsn: str, tmp_path: Path) -> None:
     journal = tmp_path / "journal"
     journal.touch()
     children = [spawn(dsn, journal, f"p{i}", 2.0) for i in range(4)]
+    wait_started(journal, [f"p{i}" for i in range(4)])
     time.sleep(DURATION)
     for child in children:
         child.send_signal(signal.SIGTERM)
@@ -479,6 +480,7 @@ def test_a_process_whose_connections_are_cut_recovers(dsn: str, tmp_path: Path) 
     journal = tmp_path / "journal"
     journal.touch()
     children = [spawn(dsn, journal, f"p{i}", 1.5) for i in range(2)]
+    wait_started(journal, ["p0", "p1"])
     time.sleep(2.0)
     # Cut every connection of the first child (its main, keeper and listener connections).
     for _ in range(3):
@@ -848,6 +850,7 @@ def test_a_server_paused_past_the_lease_loses_no_fire(
         journal.touch()
         lease = 1.5
         children = [spawn(server.dsn, journal, f"p{i}", lease) for i in range(2)]
+        wait_started(journal, ["p0", "p1"])
         time.sleep(3.0)
         server.freeze()
         time.sleep(3 * lease)
