@@ -32,13 +32,27 @@ BACKENDS = {"python": importlib.import_module("timerwheel._core.wheel"), "cython
 
 @pytest.fixture(params=["cython", "python"])
 def core(request: pytest.FixtureRequest) -> ModuleType:
-    """The backend module under test: timerwheel._core_c or timerwheel._core_py."""
+    """The backend module under test: timerwheel._core._wheel_c or timerwheel._core.wheel."""
     module = BACKENDS[request.param]
     if module is None:
         # Only reachable with TIMERWHEEL_NO_EXTENSIONS=1 or a broken build; test_backend.py fails loudly
         # on the latter, so this cannot hide a missing extension.
         pytest.skip("the Cython backend is disabled (TIMERWHEEL_NO_EXTENSIONS) or not built")
     return module
+
+
+@pytest.fixture(scope="session")
+def compiled_core() -> ModuleType:
+    """timerwheel._core._wheel_c, for the tests that hold it against the Python twin or test what only it has.
+
+    Imported wherever it is built, TIMERWHEEL_NO_EXTENSIONS or not: the variable chooses the backend that
+    timerwheel uses, and these tests do not go through that choice. Where it is not built, the test skips
+    and says so: a comparison of the twin with itself would pass whatever either twin does.
+    """
+    try:
+        return importlib.import_module("timerwheel._core._wheel_c")
+    except ImportError as exc:
+        pytest.skip(f"the compiled core (timerwheel._core._wheel_c) is not built: {exc}")
 
 
 @pytest.fixture(scope="session")
