@@ -1,18 +1,39 @@
-"""Table-driven placement tests: level, slot and rounds at one tick either side of every level boundary."""
+"""Table-driven placement tests: level, slot and rounds at one tick either side of every level boundary.
+
+The expected values come from base-`slots` digits, found by division (digit_level below), not from the
+bit tricks of the implementation (an exclusive or, a bit length, shifts and masks).
+"""
 
 from __future__ import annotations
 
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from timerwheel._core import wheel as _core_py
+
+def digit_level(elapsed: int, tick: int, slots: int, top: int) -> int:
+    """The highest position at which the base-`slots` digits of elapsed and tick differ, capped at top."""
+    level = position = 0
+    while elapsed != tick:
+        if elapsed % slots != tick % slots:
+            level = position
+        elapsed, tick, position = elapsed // slots, tick // slots, position + 1
+    return min(level, top)
+
+
+def top_level(slots: int, levels: int) -> int:
+    """The wheel's top level: the last of `levels`, or of the fewest levels whose span covers 2**62 ticks."""
+    used = 1
+    while used < levels and slots**used < 2**62:
+        used += 1
+    return used - 1
 
 
 def boundary_cases(bits: int, levels: int) -> list[tuple[int, int, int]]:
     """(elapsed, tick, expected level) at +-1 tick of every level boundary, from a few starting ticks."""
     slots = 1 << bits
-    top = min(levels, -(-62 // bits)) - 1
+    top = top_level(slots, levels)
     cases = []
     for elapsed in (0, 1, slots - 1, slots**2 + 5, 3 * slots**3 - 1):
         for level in range(top + 2):
@@ -20,8 +41,7 @@ def boundary_cases(bits: int, levels: int) -> list[tuple[int, int, int]]:
             boundary = (elapsed // span + 1) * span
             for tick in (boundary - 1, boundary, boundary + 1):
                 if elapsed < tick < 2**62:
-                    highest = ((elapsed ^ tick).bit_length() - 1) // bits
-                    cases.append((elapsed, tick, min(highest, top)))
+                    cases.append((elapsed, tick, digit_level(elapsed, tick, slots, top)))
     return cases
 
 
@@ -30,7 +50,7 @@ def test_level_slot_rounds_at_every_boundary(core: ModuleType, bits: int, levels
     slots = 1 << bits
     cases = boundary_cases(bits, levels)
     assert len(cases) > 20
-    top = min(levels, -(-62 // bits)) - 1
+    top = top_level(slots, levels)
     span_bits = min((top + 1) * bits, 62)
     for elapsed, tick, level in cases:
         assert core.level_for(elapsed, tick, bits, top) == level, (elapsed, tick)
@@ -109,5 +129,29 @@ def test_tick_rounding_at_boundaries(core: ModuleType) -> None:
     assert w2.advance(0.015) == [(tid, "x")]
 
 
-def test_python_twin_names_match_helpers() -> None:
-    assert _core_py.level_for(0, 64, 6, 3) == 1
+@pytest.mark.parametrize("levels", range(1, 9))
+def test_helpers_and_wheel_place_by_digits_in_every_geometry(core: ModuleType, levels: int) -> None:
+    """level_for, slot_for and rounds_for, in both twins, give the base-`slots` digit answers at +-1 tick of
+    every level boundary, for every documented geometry (4 to 4096 slots, 1 to 8 levels); and the wheel
+    itself puts a timer in that level and slot."""
+    for bits in range(2, 13):
+        slots = 1 << bits
+        top = top_level(slots, levels)
+        span = min(slots ** (top + 1), 2**62)  # the ticks of one turn of the top level
+        span_bits = span.bit_length() - 1
+        wheels: dict[int, Any] = {}  # one wheel per starting tick, standing at it (1 s ticks)
+        for elapsed, tick, level in boundary_cases(bits, levels):
+            slot = tick // slots**level % slots
+            assert core.level_for(elapsed, tick, bits, top) == level, (bits, top, elapsed, tick)
+            assert core.slot_for(tick, level, bits) == slot, (bits, level, tick)
+            rounds = tick // span - elapsed // span
+            assert core.rounds_for(elapsed, tick, span_bits) == rounds, (bits, top, elapsed, tick)
+            if float(tick) == tick:  # a due of exactly `tick` seconds is in tick `tick` (1 s ticks)
+                wheel = wheels.get(elapsed)
+                if wheel is None:
+                    wheel = wheels[elapsed] = core.TimerWheel(1.0, slots=slots, levels=levels)
+                    wheel.advance(elapsed)
+                tid = wheel.add_at(float(tick), None)
+                assert wheel._location(tid)[:2] == (level, slot), (bits, levels, elapsed, tick)
+        for wheel in wheels.values():
+            wheel._check()

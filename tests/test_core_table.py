@@ -98,7 +98,7 @@ def test_any_sequence_of_operations_matches_a_dict(
 def test_the_python_twins_table_is_a_dict() -> None:
     """The pure-Python engine keeps its tasks in a plain dict: nothing of its own to test here. Should the
     twin get a table class of its own, run the tests of this module on it too."""
-    from timerwheel import _core_py
+    from timerwheel._core import wheel as _core_py
 
     assert _core_py.TaskTable is dict
 
