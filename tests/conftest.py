@@ -69,6 +69,20 @@ def pg_server() -> Iterator[Any]:
 
 
 @pytest.fixture
+def pg_own_server() -> Iterator[Any]:
+    """A PostgreSQL server of the test's own (tests/_pg.py), for a test that stops and starts it (an
+    outage: the session's server is the other tests'); stopped and removed after the test. The test skips,
+    saying so, where no server binary exists."""
+    from . import _pg
+
+    if _pg.bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    server = _pg.Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def pg_dsn(pg_server: Any) -> str:
     """A fresh database of the session's PostgreSQL server."""
     import uuid

@@ -14,6 +14,7 @@ import pytest
 from timerwheel import (
     AsyncScheduler,
     HeapScheduler,
+    PostgresStore,
     RunOptions,
     Scheduler,
     SQLiteStore,
@@ -218,6 +219,18 @@ def test_scheduler_arguments(call: Callable[[Any], Any], error: type[Exception],
 def test_constructors_and_helpers(make: Callable[[], Any], error: type[Exception], words: str) -> None:
     with pytest.raises(error, match=words):
         make()
+
+
+@pytest.mark.parametrize("lease", [1e300, 366 * 86400 + 1.0], ids=["1e300", "a-year-and-a-second"])
+def test_a_postgres_store_refuses_a_lease_longer_than_a_year(lease: float) -> None:
+    """PostgresStore(dsn, lease=1e300) used to be accepted (finite, and above the 0.3 s minimum), and
+    then every statement that sets a lease (clock_timestamp() + make_interval(secs => lease)) failed with
+    psycopg's DataError "interval out of range": upsert() raised it, and the keeper said it could not
+    renew its leases, for ever. The constructor refuses a lease longer than a year with a ValueError
+    naming lease, before it connects. (The other bad leases, with a server: test_shared.py,
+    test_bad_arguments_are_refused_naming_them.)"""
+    with pytest.raises(ValueError, match=r"lease must be between 0\.3 and"):
+        PostgresStore("host=127.0.0.1 port=1 dbname=unused", lease=lease)
 
 
 @pytest.mark.parametrize("path", [":memory:", ""], ids=["memory", "empty"])
