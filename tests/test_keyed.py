@@ -837,13 +837,13 @@ def test_remove_or_upsert_from_on_state_change_supersedes_the_run(d: Driver) -> 
 
 
 def test_a_finalizer_that_upserts_the_same_key_leaves_one_timer() -> None:
-    import timerwheel._keyed as keyed_module
+    import timerwheel._keyed.scheduler as keyed_module
 
     clock = ManualClock(0.0, wall=T0)
     sched = Scheduler(clock)
     k = KeyedScheduler(sched, every(10), print)
     k.start()
-    real = keyed_module._Key
+    real = keyed_module.Key
     calls = [0]
 
     class Finalizing(real):  # type: ignore[misc,valid-type]
@@ -855,11 +855,11 @@ def test_a_finalizer_that_upserts_the_same_key_leaves_one_timer() -> None:
                 k.upsert("a", "from a finalizer")  # as a finalizer that this allocation ran would
             super().__init__(*args)
 
-    keyed_module._Key = Finalizing  # type: ignore[misc]
+    keyed_module.Key = Finalizing  # type: ignore[misc]
     try:
         k.upsert("a", "outer")
     finally:
-        keyed_module._Key = real  # type: ignore[misc]
+        keyed_module.Key = real  # type: ignore[misc]
     assert sched.timers == 1 and len(k) == 1 and k.get("a").data == "outer"  # type: ignore[union-attr]
     k.close()
     assert sched.timers == 0

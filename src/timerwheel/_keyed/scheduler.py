@@ -13,8 +13,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import contextvars
-import dataclasses
-import enum
 import inspect
 import json
 import logging
@@ -26,16 +24,44 @@ import time
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
-from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, NamedTuple
-from zoneinfo import ZoneInfo
+from datetime import UTC, datetime
+from typing import Any
 
-from ._clock import utc_not_after
-from ._drivers import DriverBase, check_caller, engine_of, lifecycle_of, lock_of
-from ._engine import JobContext, Scheduler, WallTimer, log_safely
-from ._stores import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
-from ._types import ClosedError, Lifecycle, RunOptions
-from ._validate import boolean, callable_or_none, count, function, member, seconds
+from .._clock import utc_not_after
+from .._drivers import DriverBase, check_caller, engine_of, lifecycle_of, lock_of
+from .._engine import JobContext, Scheduler, log_safely
+from .._stores import FinishedFire, KeyStore, MemoryStore, StoredFire, StoredKey, StoreError, encode_key
+from .._types import ClosedError, Lifecycle, RunOptions
+from .._validate import boolean, callable_or_none, count, function, member, seconds
+from .keys import (
+    ALWAYS_AWARE,
+    MAX_POSIX,
+    MIN_POSIX,
+    CatchUp,
+    Key,
+    KeyedStats,
+    KeyInfo,
+    KeyState,
+    Recover,
+    Reschedule,
+    Stored,
+    advancing,
+    check_key,
+    checked_key,
+    describe,
+    from_posix,
+    iso,
+    keep_first,
+    latest_started,
+    micro,
+    outcome_of,
+    seconds_of,
+    since,
+    value_of,
+)
+from .recovery import Plan, Policy, decide
+from .runs import STALE, Start, Writer
+from .shared import Change, Fence, LeaseLapsed, Pending
 
 __all__ = [
     "CatchUp",
@@ -50,218 +76,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("timerwheel")
-
-
-class KeyState(enum.Enum):
-    """Where a key stands: PENDING (armed for next_run_at), RUNNING (a run of it is going), DISABLED
-    (next_run gave None, Reschedule.NONE after a run, or the scheduler closed), INVALID (next_run raised or
-    gave something that is not an aware datetime; see last_error)."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    DISABLED = "disabled"
-    INVALID = "invalid"
-
-
-class Reschedule(enum.Enum):
-    """When a key's next run is computed: AFTER_FINISH (when a run finishes: runs never overlap),
-    BEFORE_RUN (when a run starts: a fixed cadence, runs may overlap), NONE (never: after a run the key is
-    DISABLED until it is upserted again)."""
-
-    AFTER_FINISH = "after_finish"
-    BEFORE_RUN = "before_run"
-    NONE = "none"
-
-
-class CatchUp(enum.Enum):
-    """What start() does with the fires of a stored key that fell due while the process was down:
-    ONCE (one run now, then on schedule: systemd's Persistent=true, Kubernetes CronJob), SKIP (none: go on
-    at the next fire after now), ALL (each missed fire, in order, at most max_catch_up: Quartz's
-    ignore-misfire policy; then on schedule). Every missed fire that does not run is reported."""
-
-    ONCE = "once"
-    SKIP = "skip"
-    ALL = "all"
-
-
-class Recover(enum.Enum):
-    """What start() does with a fire that started and never finished (the process died during its run):
-    RERUN it (at-least-once execution), or SKIP it (at-most-once: recorded as failed)."""
-
-    RERUN = "rerun"
-    SKIP = "skip"
-
-
-@dataclasses.dataclass(frozen=True)
-class KeyedStats:
-    """A snapshot of a KeyedScheduler's counters (since it was made).
-
-    Attributes:
-        keys: keys held.
-        started: runs started. finished: runs finished. failed: runs that raised.
-        missed: fires that fell due while the process was down (a durable store) and were not run
-            (CatchUp.SKIP, beyond max_catch_up, past misfire_grace), all reported through on_missed.
-        caught_up: missed fires run at start (CatchUp.ONCE or ALL).
-        recovered: interrupted fires run again at start (Recover.RERUN).
-        abandoned: interrupted fires recorded as failed (Recover.SKIP).
-        clock_errors: times the wall clock could not be read as a key's run started or ended (logged;
-            the run is tried again after a back-off, or its end planned from the last reading).
-    """
-
-    keys: int = 0
-    started: int = 0
-    finished: int = 0
-    failed: int = 0
-    missed: int = 0
-    caught_up: int = 0
-    recovered: int = 0
-    abandoned: int = 0
-    clock_errors: int = 0
-
-
-class KeyInfo(NamedTuple):
-    """A key as it stands, from get() and snapshot() (a named tuple: cheap to make by the million).
-
-    Attributes:
-        key: the key.
-        data: its data, as last upserted.
-        state: its KeyState.
-        next_run_at: when it runs next (an aware UTC datetime), or None.
-        running: whether a run of it is going (of this generation or an older one).
-        last_error: the most recent error of next_run or of a run ("Type: message"), or None.
-        generation: bumped by every upsert, replace and remove.
-    """
-
-    key: Hashable
-    data: Any
-    state: KeyState
-    next_run_at: datetime | None
-    running: bool
-    last_error: str | None
-    generation: int
-
-
-_new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
-
-
-class _Key(WallTimer):
-    """A key's record, and its one timer: a WallTimer of the engine armed at its next run (`wall`)."""
-
-    kind = "keys"  # what the engine's stats() counts it as
-    __slots__ = (
-        "catch_up",
-        "contexts",
-        "data",
-        "generation",
-        "handed",
-        "key",
-        "last_call",
-        "last_error",
-        "last_scheduled_for",
-        "next_run_at",
-        "owner",
-        "retake",
-        "running",
-        "state",
-    )
-
-    def __init__(self, owner: KeyedScheduler, key: Hashable, data: Any) -> None:
-        self.id: int | None = None  # (WallTimer's: its entry in the store while armed)
-        self.due = 0.0
-        self.wall = 0.0
-        self.owner = owner
-        self.key = key
-        self.data = data
-        self.generation = 0
-        self.state = KeyState.DISABLED
-        self.next_run_at: float | None = None  # POSIX seconds
-        self.running = 0
-        self.last_error: str | None = None
-        self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
-        self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
-        self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
-        self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
-        # The fire handed to the scheduler whose take is not done yet, (generation, scheduled_for), or
-        # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
-        # a catch-up step, while its take is on its way to a shared store, would take it twice).
-        self.handed: tuple[int, float] | None = None
-        # A take whose answer did not come (the store raised: it may have committed) or whose lease may
-        # have lapsed since, (generation, scheduled_for, started_at): the fire's next take is the same
-        # take again, with the same started_at, which a store takes at the same attempt.
-        self.retake: tuple[int, float, int] | None = None
-
-    def row(
-        self,
-        data: str,
-        generation: int,
-        state: KeyState,
-        at: float | None,
-        last_error: str | None,
-        started: float | None = None,
-    ) -> StoredKey:
-        """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
-        error), and its latest started fire (`started`, or its own). The one place a row is made."""
-        latest = self.last_scheduled_for if started is None else started
-        return StoredKey(self.key, data, generation, state.value, _us(at), _us(latest), last_error)
-
-    def fire(self) -> None:
-        """Its next run came (drain() calls it): hand the run to the scheduler."""
-        self.owner._fired(self)
-
-    def info(self) -> KeyInfo:
-        # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
-        # store still gets when a run that goes on past close() ends)
-        closed = self.owner._closed
-        at = None if closed else self.next_run_at
-        return _new_info(
-            KeyInfo,
-            (
-                self.key,
-                _value(self.data),
-                KeyState.DISABLED if closed else self.state,
-                None if at is None else _from_posix(at, UTC),
-                self.running > 0,
-                self.last_error,
-                self.generation,
-            ),
-        )
-
-
-_from_posix = datetime.fromtimestamp
-
-
-class _Stored(str):
-    """A key's data as the JSON a durable store keeps: decoded at each use (what run, next_run and
-    KeyInfo get: a fresh object each time), and far smaller in memory than the object."""
-
-    __slots__ = ()
-
-
-def _value(data: Any) -> Any:
-    return json.loads(data) if type(data) is _Stored else data
-
-
-def _micro(t: float) -> int:
-    """POSIX seconds as the integer microseconds a store keeps (exact keys for scheduled times)."""
-    return round(t * 1_000_000)
-
-
-def _us(t: float | None) -> int | None:
-    return None if t is None else _micro(t)
-
-
-def _seconds(us: int | None) -> float | None:
-    return None if us is None else us / 1_000_000
-
-
-_ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact
-# The next runs a key may have: what a UTC datetime can show (KeyInfo.next_run_at), a day inside the limits.
-_MIN_POSIX = (datetime.min.replace(tzinfo=UTC) + timedelta(days=1)).timestamp()
-_MAX_POSIX = (datetime.max.replace(tzinfo=UTC) - timedelta(days=1)).timestamp()
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 class KeyedScheduler:
@@ -331,8 +145,8 @@ class KeyedScheduler:
         recover: Recover = Recover.RERUN,
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None = None,
     ) -> None:
-        from ._drivers.asyncio import AsyncScheduler
-        from ._drivers.threaded import ThreadedScheduler
+        from .._drivers.asyncio import AsyncScheduler
+        from .._drivers.threaded import ThreadedScheduler
 
         if not isinstance(scheduler, (Scheduler, ThreadedScheduler, AsyncScheduler)):
             raise TypeError(
@@ -406,7 +220,7 @@ class KeyedScheduler:
         self._options = RunOptions(
             context=True, timeout=run_timeout, coroutine=coroutine, on_drop=self._dropped
         )
-        self._keys: dict[Hashable, _Key] = {}
+        self._keys: dict[Hashable, Key] = {}
         # One lock: a ThreadedScheduler's own (the engine is touched under it), else one of ours (a run
         # on a worker thread reports under it; callbacks may call back in).
         self._lock: Any = (
@@ -430,6 +244,7 @@ class KeyedScheduler:
         self._max_catch_up = max_catch_up
         self._grace = misfire_grace
         self._recover = recover
+        self._policy = Policy(recover, reschedule, catch_up, max_catch_up, misfire_grace)
         self._on_missed = on_missed
         self._counts = dict.fromkeys(
             (
@@ -449,7 +264,7 @@ class KeyedScheduler:
         # runs never overlap across a removal. _floor is the highest generation of any record dropped: a
         # new record starts above it, so that a key's generation never goes back (a stale end or fire of
         # the old record cannot pass for the new one's).
-        self._gone: dict[Hashable, _Key] = {}
+        self._gone: dict[Hashable, Key] = {}
         self._floor = 0
         self._backoff = 0.0  # seconds: the retry of a fire whose start could not read the wall clock
         # A BaseException (KeyboardInterrupt, SystemExit) from a user callback is held here, per thread,
@@ -473,8 +288,8 @@ class KeyedScheduler:
         # machine's monotonic clock)
         make_writer = getattr(store, "writer", None) if self._shared else None
         if self._shared and not callable(make_writer):
-            make_writer = _Writer
-        self._writer_thread: Any = make_writer("store-writer") if make_writer else None  # see _Writer
+            make_writer = Writer
+        self._writer_thread: Any = make_writer("store-writer") if make_writer else None  # see Writer
         self._changer_thread: Any = make_writer("store-changes") if make_writer else None  # see _changer
         self._monotonic: Callable[[], float] = getattr(store, "monotonic", None) or time.monotonic
         lease = getattr(store, "lease", None) if self._shared else None
@@ -664,7 +479,7 @@ class KeyedScheduler:
 
     def _write(self, work: Callable[..., Any], *args: Any) -> None:
         """A write nobody waits for (a run's end, a decision, a release): done now, under the lock, with
-        a local store; handed to the writer, in order, with a shared one (see _Writer). `work` says
+        a local store; handed to the writer, in order, with a shared one (see Writer). `work` says
         itself what becomes of an error."""
         if self._shared:
             self._writer().submit(work, *args)
@@ -761,7 +576,7 @@ class KeyedScheduler:
                 it raised. In each case nothing changed.
         """
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
-        pending: _Pending | None = None
+        pending: Pending | None = None
         if lock is not None:
             lock.acquire()
         try:
@@ -786,24 +601,24 @@ class KeyedScheduler:
             if rec is None:  # (setdefault: a finalizer that the allocation ran may have added the key)
                 rec = self._gone.pop(key, None) if self._gone else None  # (_new_record, inline)
                 if rec is None:
-                    rec = _Key(self, key, data)
+                    rec = Key(self, key, data)
                     rec.generation = self._floor
                 rec = self._keys.setdefault(key, rec)
             rec.data = data
             rec.generation += 1
             rec.catch_up = None
             try:
-                when = self._next_run(_from_posix(wall, UTC), key, data)
+                when = self._next_run(from_posix(wall, UTC), key, data)
             except BaseException as exc:
                 self._invalid(rec, self._guarded(exc))
                 return
-            if type(when) is datetime and type(when.tzinfo) in _ALWAYS_AWARE:
+            if type(when) is datetime and type(when.tzinfo) in ALWAYS_AWARE:
                 try:
                     at = when.timestamp()
                 except (OverflowError, ValueError):
                     at = math.nan  # (out of range: _checked says so)
                 state = rec.state
-                if not _MIN_POSIX <= at <= _MAX_POSIX:
+                if not MIN_POSIX <= at <= MAX_POSIX:
                     pass
                 elif state is KeyState.PENDING:
                     if engine.move_wall_timer(rec, at):
@@ -832,15 +647,15 @@ class KeyedScheduler:
         waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
         for). Raises what upsert() raises, and the store's StoreError."""
         self._check_caller()
-        pending = self._upsert(self._keys.get(_checked_key(key)), key, data)
+        pending = self._upsert(self._keys.get(checked_key(key)), key, data)
         if pending is not None:
             await self._await(pending)
 
-    def _upsert(self, rec: _Key | None, key: Hashable, data: Any) -> _Pending | None:
+    def _upsert(self, rec: Key | None, key: Hashable, data: Any) -> Pending | None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
         the key runs. With a durable store the new row is committed first, then applied: a store that
         fails changes nothing. A shared store's commit is a round trip: what is returned then, for the
-        caller to wait for, or await, without the lock (see _Pending)."""
+        caller to wait for, or await, without the lock (see Pending)."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the KeyedScheduler is closed")
@@ -871,21 +686,21 @@ class KeyedScheduler:
                 if self._applies(key, seq):
                     self._changed(change, generation)
 
-            return _Pending([key], seq, self._changer().submit(self._store.put, change.row), apply)
+            return Pending([key], seq, self._changer().submit(self._store.put, change.row), apply)
 
-    def _change(self, key: Hashable, encoded: str, wall_now: float) -> _Change:
+    def _change(self, key: Hashable, encoded: str, wall_now: float) -> Change:
         """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
         in every later life), and the row to commit. next_run is user code, and may have changed the
         key: the record is looked up after it."""
-        result = self._evaluate(key, _Stored(encoded), wall_now)
+        result = self._evaluate(key, Stored(encoded), wall_now)
         rec = self._keys.get(key) or self._gone.get(key)
         if rec is None:
-            rec = self._new_record(key, _Stored(encoded))
-        state, at, last_error = self._outcome(rec, result)
+            rec = self._new_record(key, Stored(encoded))
+        state, at, last_error = outcome_of(rec, result)
         row = rec.row(encoded, rec.generation + 1, state, at, last_error)
-        return _Change(rec, encoded, state, at, last_error, result, row)
+        return Change(rec, encoded, state, at, last_error, result, row)
 
-    def _changed(self, change: _Change, generation: int) -> None:
+    def _changed(self, change: Change, generation: int) -> None:
         """A change that the store committed, at `generation` (the store's: one above any generation it
         ever held for the key, or, a shared store, above any other process's): applied."""
         key = change.row.key
@@ -898,7 +713,7 @@ class KeyedScheduler:
         self._loaded.discard(key)
         if self._shared:
             self._taken(key)
-        rec.data = _Stored(change.encoded)
+        rec.data = Stored(change.encoded)
         rec.generation = generation
         rec.catch_up = None  # (an older generation's catch-up is not this one's)
         error = change.result if isinstance(change.result, BaseException) else None
@@ -921,7 +736,7 @@ class KeyedScheduler:
                 self._taken(key)  # (what the database said before now does not undo it)
         return self._seq
 
-    def _wait(self, pending: _Pending) -> Any:
+    def _wait(self, pending: Pending) -> Any:
         """Wait for a change's commit (without the lock, unless a callback holds it), then apply it; if
         it failed, nothing was applied, and the error is raised."""
         try:
@@ -934,7 +749,7 @@ class KeyedScheduler:
         self._raise_held()
         return applied
 
-    async def _await(self, pending: _Pending) -> Any:
+    async def _await(self, pending: Pending) -> Any:
         """_wait(), awaited on an event loop. A coroutine cancelled meanwhile still applies what the
         store committed (the commit cannot be taken back), then is cancelled."""
         import asyncio
@@ -957,7 +772,7 @@ class KeyedScheduler:
         self._raise_held()
         return applied
 
-    def _failed(self, pending: _Pending) -> None:
+    def _failed(self, pending: Pending) -> None:
         with self._lock:
             for key in pending.keys:
                 self._applies(key, pending.seq, committed=False)
@@ -994,11 +809,11 @@ class KeyedScheduler:
             await self._await(pending)
         self._raise_held()
 
-    def _replace_all(self, mapping: Mapping[Hashable, Any]) -> _Pending | None:
+    def _replace_all(self, mapping: Mapping[Hashable, Any]) -> Pending | None:
         if not isinstance(mapping, Mapping):
             raise TypeError(f"mapping must be a mapping of key to data, not {type(mapping).__name__}")
         for key in mapping:
-            _check_key(key)
+            check_key(key)
             if self._durable:
                 encode_key(key)
         with self._lock:
@@ -1025,10 +840,10 @@ class KeyedScheduler:
             keys = [*mapping, *removed]
             seq = self._changing(keys)
             future = self._changer().submit(self._store.replace, rows, None)
-            return _Pending(keys, seq, future, lambda gens: self._replaced(changes, removed, gens, seq))
+            return Pending(keys, seq, future, lambda gens: self._replaced(changes, removed, gens, seq))
 
     def _replaced(
-        self, changes: list[_Change], removed: list[Hashable], generations: list[int], seq: int | None = None
+        self, changes: list[Change], removed: list[Hashable], generations: list[int], seq: int | None = None
     ) -> None:
         """A replace_all() that the store committed: applied (a shared store's: key by key, see _applies)."""
         for key in removed:
@@ -1050,7 +865,7 @@ class KeyedScheduler:
         """
         if self._shared:
             return bool(self._wait(self._remove_shared(key)))
-        _check_key(key)
+        check_key(key)
         if self._durable:
             encode_key(key)
         with self._lock:
@@ -1071,9 +886,9 @@ class KeyedScheduler:
             return self.remove(key)
         return bool(await self._await(self._remove_shared(key)))
 
-    def _remove_shared(self, key: Hashable) -> _Pending:
+    def _remove_shared(self, key: Hashable) -> Pending:
         """remove() with a shared store: held here or by another process, the store knows."""
-        _check_key(key)
+        check_key(key)
         with self._lock:
             self._check_caller()
             self._check_open()
@@ -1085,7 +900,7 @@ class KeyedScheduler:
                     return True
                 return existed
 
-            return _Pending([key], seq, self._changer().submit(self._store.delete, key), apply)
+            return Pending([key], seq, self._changer().submit(self._store.delete, key), apply)
 
     def _forget(self, key: Hashable, cancel: bool | None = None) -> None:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
@@ -1108,19 +923,19 @@ class KeyedScheduler:
             for ctx in rec.contexts:
                 ctx.cancelled.set()
 
-    def _new_record(self, key: Hashable, data: Any) -> _Key:
+    def _new_record(self, key: Hashable, data: Any) -> Key:
         """A record for a key not held: the record of its removal if a run of it still goes (it comes
         back with its generation and its runs: a fire of the new data waits for them, as for any upsert
         during a run), else a new one, above every generation dropped."""
         rec = self._gone.pop(key, None)
         if rec is None:
-            rec = _Key(self, key, data)
+            rec = Key(self, key, data)
             rec.generation = self._floor
         return rec
 
     def get(self, key: Hashable) -> KeyInfo | None:
         """The key as it stands, or None. TypeError if the key is not hashable."""
-        _check_key(key)
+        check_key(key)
         with self._lock:
             rec = self._keys.get(key)
             return None if rec is None else rec.info()
@@ -1168,13 +983,13 @@ class KeyedScheduler:
             at = when.timestamp()
         except Exception as exc:  # a tzinfo that fails here only
             return exc
-        if not _MIN_POSIX <= at <= _MAX_POSIX:
+        if not MIN_POSIX <= at <= MAX_POSIX:
             return ValueError(f"next_run returned {when!r}: out of the range of UTC datetimes")
         return at
 
     def _encode(self, data: Any) -> str:
         """`data` as the JSON a durable store keeps; TypeError naming data if JSON cannot encode it."""
-        if type(data) is _Stored:
+        if type(data) is Stored:
             return data
         try:
             return json.dumps(data, allow_nan=False, separators=(",", ":"))
@@ -1184,24 +999,14 @@ class KeyedScheduler:
     def _evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
         """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
         try:
-            when = self._next_run(utc_not_after(wall_now), key, _value(data))
+            when = self._next_run(utc_not_after(wall_now), key, value_of(data))
         except BaseException as exc:
             return self._guarded(exc)
         return self._checked(when)
 
-    @staticmethod
-    def _outcome(
-        rec: _Key, result: float | BaseException | None
-    ) -> tuple[KeyState, float | None, str | None]:
-        """What an evaluation makes of a key: (state, next_run_at, last_error)."""
-        if isinstance(result, BaseException):
-            return KeyState.INVALID, None, _describe(result)
-        last_error = None if rec.state is KeyState.INVALID else rec.last_error
-        return (KeyState.DISABLED if result is None else KeyState.PENDING), result, last_error
-
     def _apply(
         self,
-        rec: _Key,
+        rec: Key,
         state: KeyState,
         at: float | None,
         last_error: str | None,
@@ -1221,23 +1026,23 @@ class KeyedScheduler:
             engine.add_wall_timer(rec, at)
         self._set_state(rec, state)
         if error is not None:
-            self._call(self._on_invalid, rec.key, _value(rec.data), error)
+            self._call(self._on_invalid, rec.key, value_of(rec.data), error)
 
-    def _plan(self, rec: _Key, wall_now: float) -> None:
+    def _plan(self, rec: Key, wall_now: float) -> None:
         """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
         self._planned(rec, self._evaluate(rec.key, rec.data, wall_now))
 
-    def _planned(self, rec: _Key, result: float | BaseException | None) -> None:
-        self._apply(rec, *self._outcome(rec, result), result if isinstance(result, BaseException) else None)
+    def _planned(self, rec: Key, result: float | BaseException | None) -> None:
+        self._apply(rec, *outcome_of(rec, result), result if isinstance(result, BaseException) else None)
 
-    def _invalid(self, rec: _Key, error: BaseException) -> None:
+    def _invalid(self, rec: Key, error: BaseException) -> None:
         self._planned(rec, error)
 
-    def _disarm(self, rec: _Key) -> None:
+    def _disarm(self, rec: Key) -> None:
         if rec.id is not None and self._engine is not None:
             self._engine.cancel_timer(rec)
 
-    def _set_state(self, rec: _Key, state: KeyState) -> None:
+    def _set_state(self, rec: Key, state: KeyState) -> None:
         old, rec.state = rec.state, state
         if old is not state:
             self._call(self._on_state_change, rec.key, old, state)
@@ -1279,7 +1084,7 @@ class KeyedScheduler:
 
     # -- runs -------------------------------------------------------------------------------------------
 
-    def _fired(self, rec: _Key) -> None:
+    def _fired(self, rec: Key) -> None:
         """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
         one-shot task of the scheduler due at once (it runs in this same drain, where the driver says).
         The fire is the head of the key's catch-up queue if it has one, else its next run."""
@@ -1303,16 +1108,16 @@ class KeyedScheduler:
             rec.due, self._job, args=(rec, rec.generation, scheduled_for, rerun), options=self._options
         )
 
-    def _begin(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
-        """A key's run starts: its data, or _STALE if the key was removed, replaced or closed since it
+    def _begin(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+        """A key's run starts: its data, or STALE if the key was removed, replaced or closed since it
         fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
         With a durable store the fire is committed as started, with the key's row, before the run. A
         shared store's take is a database round trip: it is made without the lock (no other key waits
-        for it), by the store's writer (see _Writer)."""
+        for it), by the store's writer (see Writer)."""
         with self._lock:
             start = self._prepare_start(rec, generation, scheduled_for, rerun)
             if start is None:
-                return _STALE
+                return STALE
             if not self._shared:
                 return self._take_done(ctx, start, self._take(start))
         taken = self._writer().submit(self._take, start).result()
@@ -1320,7 +1125,7 @@ class KeyedScheduler:
             return self._take_done(ctx, start, taken)
 
     async def _abegin(
-        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
     ) -> Any:
         """_begin() on an event loop: a shared store's take is awaited, never waited for on the loop."""
         import asyncio
@@ -1328,7 +1133,7 @@ class KeyedScheduler:
         with self._lock:
             start = self._prepare_start(rec, generation, scheduled_for, rerun)
             if start is None:
-                return _STALE
+                return STALE
             if not self._shared:
                 return self._take_done(ctx, start, self._take(start))
         take = asyncio.wrap_future(self._writer().submit(self._take, start))
@@ -1348,7 +1153,7 @@ class KeyedScheduler:
                 cancelled, cancels = exc, cancels + 1
         with self._lock:
             data = self._take_done(ctx, start, taken)
-        if cancelled is None or data is _STALE:
+        if cancelled is None or data is STALE:
             if cancelled is not None:
                 raise cancelled
             return data
@@ -1367,7 +1172,7 @@ class KeyedScheduler:
         self._raise_held()
         raise cancelled
 
-    def _prepare_start(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:
+    def _prepare_start(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
         """Under the lock: what the start of a fire writes (its key's row), or None if it does not start
         (superseded, waiting for an older generation's run, or the wall clock failing: tried again). The
         run is counted as going from here (rec.running), so that no other fire of the key starts beside
@@ -1377,13 +1182,13 @@ class KeyedScheduler:
             rec.handed = None  # (not begun: the fire may be handed over again)
         return start
 
-    def _prepare(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> _Start | None:
+    def _prepare(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
         if self._closed or rec.generation != generation or self._keys.get(rec.key) is not rec:
             return None
         if rec.running and self._reschedule is not Reschedule.BEFORE_RUN:
             # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
             # for its end, so that a key's runs never overlap (_end arms it again).
-            _keep_first(rec, scheduled_for, rerun)
+            keep_first(rec, scheduled_for, rerun)
             return None
         try:
             wall_now = self._wall_now()
@@ -1392,7 +1197,7 @@ class KeyedScheduler:
             return None
         self._backoff = 0.0
         if wall_now < scheduled_for:  # the wall clock stepped back since the fire came due: never
-            _keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
+            keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
             self._apply(rec, rec.state, scheduled_for, rec.last_error)
             return None
         at: float | None
@@ -1403,10 +1208,10 @@ class KeyedScheduler:
             state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
         elif self._reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
-            result = _advancing(
-                self._evaluate(rec.key, rec.data, _since(rec, wall_now, scheduled_for, rerun)), scheduled_for
+            result = advancing(
+                self._evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)), scheduled_for
             )
-            state, at, last_error = self._outcome(rec, result)
+            state, at, last_error = outcome_of(rec, result)
             error = result if isinstance(result, BaseException) else None
         else:
             state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
@@ -1418,15 +1223,15 @@ class KeyedScheduler:
                 KeyState.RUNNING if state is not KeyState.INVALID else state,
                 at,
                 last_error,
-                _latest_started(rec, scheduled_for, rerun),
+                latest_started(rec, scheduled_for, rerun),
             )
         rec.running += 1
         retake = rec.retake
         if retake is not None and retake[0] == generation and retake[1] == scheduled_for:
             started_at = retake[2]
         else:
-            started_at = _micro(wall_now)
-        return _Start(
+            started_at = micro(wall_now)
+        return Start(
             rec,
             generation,
             scheduled_for,
@@ -1441,7 +1246,7 @@ class KeyedScheduler:
             row,
         )
 
-    def _take(self, start: _Start) -> tuple[int | BaseException, float]:
+    def _take(self, start: Start) -> tuple[int | BaseException, float]:
         """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
         it was taken already (or, a shared store, the key is held elsewhere), or the store's error; and
         the monotonic time the take was asked for (a shared store's lease on the key runs from then)."""
@@ -1451,14 +1256,14 @@ class KeyedScheduler:
         try:
             self._record_unrecorded()
             attempt = self._store.start_fire(
-                start.row, _micro(start.scheduled_for), start.started_at, start.rerun
+                start.row, micro(start.scheduled_for), start.started_at, start.rerun
             )
         except Exception as exc:
             return exc, asked
         return int(attempt), asked
 
-    def _take_done(self, ctx: JobContext, start: _Start, take: tuple[int | BaseException, float]) -> Any:
-        """Under the lock, after the take: the run's data, or _STALE if it does not run after all.
+    def _take_done(self, ctx: JobContext, start: Start, take: tuple[int | BaseException, float]) -> Any:
+        """Under the lock, after the take: the run's data, or STALE if it does not run after all.
 
         A shared store's key is held under a lease: a process that was paused (SIGSTOP, a long GC, a
         laptop lid) since it asked for the take may have lost the key to another process meanwhile, so
@@ -1493,19 +1298,19 @@ class KeyedScheduler:
                     self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
                 else:
                     after = self._evaluate(rec.key, rec.data, max(start.wall_now, scheduled_for))
-                    self._planned(rec, _advancing(after, scheduled_for))
+                    self._planned(rec, advancing(after, scheduled_for))
             self._rearm_waiting(rec)
             self._settle(rec)
             if self._closed:
                 self._release_store()
-            return _STALE
+            return STALE
         if rec.generation == generation and self._keys.get(rec.key) is rec:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
             rec.catch_up = start.rest or None
-            rec.last_scheduled_for = _latest_started(rec, scheduled_for, start.rerun)
+            rec.last_scheduled_for = latest_started(rec, scheduled_for, start.rerun)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
-        ctx.fence = Fence(generation, _micro(scheduled_for), taken)
+        ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
             rec.contexts = [ctx]
         else:
@@ -1518,14 +1323,14 @@ class KeyedScheduler:
             # A callback just now (on_state_change, on_invalid) removed or replaced the key, or (a shared
             # store) an upsert came while the take was made: superseded before it started.
             self._end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
-            return _STALE
+            return STALE
         if self._closed:  # (by a callback just now, or while the take was made): the fire is not run,
             self._untake(rec, ctx)  # and not lost: it stays unfinished in the store (see _untake)
-            return _STALE
+            return STALE
         self._counts["started"] += 1
-        return _value(rec.data)
+        return value_of(rec.data)
 
-    def _untake(self, rec: _Key, ctx: JobContext | None) -> None:
+    def _untake(self, rec: Key, ctx: JobContext | None) -> None:
         """A fire taken as the KeyedScheduler closed: it does not run here, and it is not recorded as
         ended, so that it stays unfinished in a durable store, and whoever holds the key next (the next
         life, or the process that takes the key over) runs it again, following `recover`."""
@@ -1541,7 +1346,7 @@ class KeyedScheduler:
             self._release({rec.key: rec.generation})  # (the next holder finds its fire unfinished)
         self._release_store()
 
-    def _settle(self, rec: _Key) -> None:
+    def _settle(self, rec: Key) -> None:
         """A run of the key ended (or did not start after all): a removed key's record goes once its last
         run has; whoever waits for the runs to end (close(), aclose()) is told."""
         if not rec.running and self._gone.get(rec.key) is rec:
@@ -1550,7 +1355,7 @@ class KeyedScheduler:
         if self._all_done is not None and not self._any_running():
             self._all_done.set()
 
-    def _waited(self, rec: _Key) -> bool:
+    def _waited(self, rec: Key) -> bool:
         """Whether a fire of a newer generation waits for the key's runs to end (see _prepare_start),
         and they have: it is to be armed now."""
         return (
@@ -1561,12 +1366,12 @@ class KeyedScheduler:
             and self._keys.get(rec.key) is rec
         )
 
-    def _rearm_waiting(self, rec: _Key) -> None:
+    def _rearm_waiting(self, rec: Key) -> None:
         """A run of the key did not start after all: a fire that waited for it is armed now."""
         if self._waited(rec):
             self._apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
 
-    def _clock_failed(self, rec: _Key, scheduled_for: float, rerun: bool, error: BaseException) -> None:
+    def _clock_failed(self, rec: Key, scheduled_for: float, rerun: bool, error: BaseException) -> None:
         """The wall clock failed as a key's fire was to start: logged, counted, and the fire tried again
         after a back-off (1 ms, doubling to 1 s), as the drivers do; it runs once the clock answers."""
         self._counts["clock_errors"] += 1
@@ -1581,7 +1386,7 @@ class KeyedScheduler:
             self._backoff,
             exc_info=error,
         )
-        _keep_first(rec, scheduled_for, rerun)
+        keep_first(rec, scheduled_for, rerun)
         engine = self._engine
         if engine is not None and rec.id is None:
             try:
@@ -1610,7 +1415,7 @@ class KeyedScheduler:
 
     def _retry(
         self,
-        rec: _Key,
+        rec: Key,
         scheduled_for: float,
         rerun: bool,
         error: BaseException,
@@ -1620,7 +1425,7 @@ class KeyedScheduler:
         """A fire that the store could not take (it failed, a row lock held it, the lease may have
         lapsed): back at the head of its key's queue, tried again in `delay` s while the others go on.
         Logged once per key and error (DEBUG while the leases are lost), then at DEBUG until it is taken."""
-        message = _describe(error)
+        message = describe(error)
         level = logging.ERROR
         if self._leases_lost or rec.last_error == message:
             level = logging.DEBUG
@@ -1637,14 +1442,14 @@ class KeyedScheduler:
             delay,
             exc_info=error if level == logging.ERROR else None,
         )
-        _keep_first(rec, scheduled_for, rerun)
+        keep_first(rec, scheduled_for, rerun)
         rec.last_error = message
         if self._engine is not None and rec.id is None:
             self._engine.add_wall_timer(rec, wall_now + delay)
 
     def _end(
         self,
-        rec: _Key,
+        rec: Key,
         generation: int,
         data: Any,
         ctx: JobContext,
@@ -1674,16 +1479,16 @@ class KeyedScheduler:
             # (closed during the run: a durable store still gets the row the key would have had, so that
             # its next life catches up from there; nothing is armed)
             if current or (mine and self._durable and self._store_open()):
-                last_error = _describe(error) if error is not None else rec.last_error
+                last_error = describe(error) if error is not None else rec.last_error
                 if rec.catch_up:
                     outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
                 elif self._reschedule is Reschedule.AFTER_FINISH:
-                    result = _advancing(
-                        self._evaluate(rec.key, rec.data, _since(rec, wall_now, scheduled_for, True)),
+                    result = advancing(
+                        self._evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True)),
                         scheduled_for,
                     )
                     rec.last_error = last_error
-                    outcome = self._outcome(rec, result)
+                    outcome = outcome_of(rec, result)
                 elif self._reschedule is Reschedule.NONE:
                     outcome = (KeyState.DISABLED, None, last_error)
                 else:  # BEFORE_RUN: planned already, at its start (armed, or its fire handed over)
@@ -1698,13 +1503,13 @@ class KeyedScheduler:
                 if outcome is not None:
                     row = rec.row(self._encode(rec.data), generation, *outcome)
                 message = (
-                    _describe(error)
+                    describe(error)
                     if error is not None
                     else None
                     if started
                     else "superseded before it started"
                 )
-                fire = FinishedFire(rec.key, generation, _micro(scheduled_for), _micro(wall_now), message)
+                fire = FinishedFire(rec.key, generation, micro(scheduled_for), micro(wall_now), message)
                 self._write(self._finish, row if mine else None, fire)
             if outcome is not None and not self._closed:
                 self._apply(rec, *outcome, result if isinstance(result, BaseException) else None)
@@ -1716,7 +1521,7 @@ class KeyedScheduler:
         if started:
             self._call(self._on_finish, rec.key, data, error)
 
-    def _dropped(self, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> None:
+    def _dropped(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> None:
         """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
         next run is planned afresh (the head of its catch-up queue, if it has one)."""
         with self._lock:
@@ -1726,9 +1531,9 @@ class KeyedScheduler:
                 return
             if rec.id is not None:
                 return  # armed meanwhile (an upsert)
-            rec.last_error = f"Dropped: the run of {_iso(scheduled_for)} was dropped (backpressure)"
+            rec.last_error = f"Dropped: the run of {iso(scheduled_for)} was dropped (backpressure)"
             if rerun:  # an interrupted fire to run again: it stays first in line
-                _keep_first(rec, scheduled_for, rerun)
+                keep_first(rec, scheduled_for, rerun)
             elif rec.catch_up and rec.catch_up[0][0] == scheduled_for:  # a dropped catch-up fire: gone
                 rec.catch_up = rec.catch_up[1:] or None
             result: Any = None
@@ -1740,7 +1545,7 @@ class KeyedScheduler:
                 )
             else:
                 result = self._evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
-                outcome = self._outcome(rec, result)
+                outcome = outcome_of(rec, result)
             if self._durable:
                 row = rec.row(self._encode(rec.data), generation, *outcome)
                 # (a store that fails: the key is armed all the same; its row is written at its fire)
@@ -1749,7 +1554,7 @@ class KeyedScheduler:
         self._raise_held()
 
     def _writer(self) -> Any:
-        """The shared store's writer (a _Writer, or what the store made: see __init__)."""
+        """The shared store's writer (a Writer, or what the store made: see __init__)."""
         self._check_own()
         writer = self._writer_thread
         assert writer is not None, "only a shared store has a writer"
@@ -1793,7 +1598,7 @@ class KeyedScheduler:
                 if self._shared:
                     self._recorded_late.add((fire.key, fire.generation, fire.scheduled_for))
 
-    def _run_key(self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+    def _run_key(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
         """A key's run, as the scheduler's job: begin, run, end. Under an AsyncScheduler, a run that
         returns an awaitable (an async function behind a plain decorator) is awaited: what this returns
         then is a coroutine, which the driver runs as a task, and the run ends when it does."""
@@ -1803,7 +1608,7 @@ class KeyedScheduler:
         except BaseException:
             _running.depth -= 1
             raise
-        if data is _STALE:
+        if data is STALE:
             _running.depth -= 1
             self._raise_held()
             return None
@@ -1833,7 +1638,7 @@ class KeyedScheduler:
         return None
 
     async def _awaited(
-        self, awaitable: Any, ctx: JobContext, rec: _Key, generation: int, data: Any, scheduled_for: float
+        self, awaitable: Any, ctx: JobContext, rec: Key, generation: int, data: Any, scheduled_for: float
     ) -> None:
         """The rest of a run whose `run` returned an awaitable: await it, then end the run."""
         _in_async_run.set(True)
@@ -1848,11 +1653,11 @@ class KeyedScheduler:
             self._raise_held()
 
     async def _run_async(
-        self, ctx: JobContext, rec: _Key, generation: int, scheduled_for: float, rerun: bool
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
     ) -> None:
         _in_async_run.set(True)  # (this task's own context: aclose() from it does not wait for itself)
         data = await self._abegin(ctx, rec, generation, scheduled_for, rerun)
-        if data is _STALE:
+        if data is STALE:
             self._raise_held()
             return
         error: BaseException | None = None
@@ -1893,26 +1698,33 @@ class KeyedScheduler:
         for fire in fires:
             self._unfinished.setdefault(fire.key, []).append(fire)
 
-    def _record(self, row: StoredKey, rec: _Key | None = None) -> _Key:
+    def _record(self, row: StoredKey, rec: Key | None = None) -> Key:
         """A key's record as its row says (a new one, or `rec` filled in)."""
         if rec is None:
-            rec = _Key(self, row.key, _Stored(row.data))
+            rec = Key(self, row.key, Stored(row.data))
         else:
-            rec.data = _Stored(row.data)
+            rec.data = Stored(row.data)
         rec.generation = row.generation
         rec.state = KeyState(row.state)
-        rec.next_run_at = _seconds(row.next_run_at)
-        rec.last_scheduled_for = _seconds(row.last_scheduled_for)
+        rec.next_run_at = seconds_of(row.next_run_at)
+        rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
         rec.last_error = row.last_error
         return rec
 
     def _decide_all(
-        self, recs: list[_Key], wall_now: float
-    ) -> tuple[list[tuple[_Key, int, _Plan]], list[StoredKey], list[FinishedFire]]:
+        self, recs: list[Key], wall_now: float
+    ) -> tuple[list[tuple[Key, int, Plan]], list[StoredKey], list[FinishedFire]]:
         """Stored keys (loaded at start, or claimed from a shared store): decide what each does about its
         interrupted fires and the fires it missed (_decide), and the rows and finished fires that record
         it (for the caller to write in one transaction). Nothing is applied yet (see _apply_all)."""
-        plans = [(rec, rec.generation, self._decide(rec, wall_now)) for rec in recs]
+        plans = [
+            (
+                rec,
+                rec.generation,
+                decide(rec, self._unfinished.get(rec.key, ()), wall_now, self._policy, self._evaluate),
+            )
+            for rec in recs
+        ]
         # (next_run is user code: it may have removed or replaced a key meanwhile; that one is left be)
         plans = [p for p in plans if self._keys.get(p[0].key) is p[0] and p[0].generation == p[1]]
         rows = [
@@ -1925,7 +1737,7 @@ class KeyedScheduler:
         self._unfinished.clear()
         return plans, rows, finished
 
-    def _apply_all(self, plans: list[tuple[_Key, int, _Plan]]) -> None:
+    def _apply_all(self, plans: list[tuple[Key, int, Plan]]) -> None:
         """Apply what _decide_all decided and wrote: arm the keys, then tell on_missed."""
         summary = [0, 0]  # keys, fires
         for rec, generation, plan in plans:
@@ -2015,7 +1827,7 @@ class KeyedScheduler:
                 )
 
         if self._async:
-            from ._drivers.asyncio import loop_of
+            from .._drivers.asyncio import loop_of
 
             with contextlib.suppress(RuntimeError):  # a closed loop: so is this KeyedScheduler, or soon
                 loop_of(self._sched).call_soon_threadsafe(guarded)
@@ -2174,149 +1986,7 @@ class KeyedScheduler:
         (reconcile drops the others). Until then the retries of their fires are logged at DEBUG only."""
         self._leases_lost = True
 
-    def _decide(self, rec: _Key, wall_now: float) -> _Plan:
-        """What a stored key does at start (or when a shared store's claim brings it here): its
-        interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up, misfire_grace),
-        then its timer. Decided only: nothing changes until _apply_all."""
-        plan = _Plan(rec.state, rec.next_run_at, rec.last_error)
-        queue = plan.queue
-        base = rec.next_run_at
-        interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
-        # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
-        # fire log as unfinished (rerun, or abandoned, below), and so is every unfinished one (the row
-        # may say less: a run's end written after a later fire's take).
-        started = rec.last_scheduled_for
-        for fire in self._unfinished.get(rec.key, ()):
-            when = fire.scheduled_for / 1_000_000
-            if fire.generation != rec.generation:
-                plan.finish(rec, fire, wall_now, "superseded: its key was replaced")
-                continue
-            if started is None or when > started:
-                started = when
-            if self._recover is Recover.RERUN:
-                queue.append((when, True))
-                plan.recovered += 1
-            else:
-                message = (
-                    f"the run of {_iso(when)} was interrupted (the process stopped during it); "
-                    "recover=Recover.SKIP does not run it again"
-                )
-                plan.finish(rec, fire, wall_now, message)
-                plan.last_error = message
-                plan.abandoned.append(message)
-            if base is None and self._reschedule is Reschedule.AFTER_FINISH:
-                base = self._as_if_ended(rec, when)  # AFTER_FINISH leaves it unset while a run goes
-        if (
-            base is None
-            and interrupted
-            and not queue
-            and rec.last_scheduled_for is not None
-            and self._reschedule is Reschedule.AFTER_FINISH
-        ):  # its run's end was recorded, not its row (closed during the run, or a shared key taken over
-            base = self._as_if_ended(rec, rec.last_scheduled_for)  # then): as if it ended on time
-        if self._reschedule is Reschedule.NONE and interrupted and base is None:
-            # A run of Reschedule.NONE was going: the key is DISABLED after it (after its rerun, if any).
-            if queue:
-                plan.state, plan.at = KeyState.PENDING, queue[0][0]
-            else:
-                plan.state, plan.at = KeyState.DISABLED, None
-            return plan
-        if rec.state is KeyState.INVALID or (
-            base is None and not queue and rec.state is not KeyState.DISABLED
-        ):
-            return self._afresh(plan, rec, wall_now)  # nothing to catch up from: next_run afresh
-        missed: list[float] = []
-        t: float | None = base
-        result: Any = base
-        # (A life that decided to rerun a fire and ended before the rerun left it as the key's next run:
-        # it is that rerun, not a miss.)
-        while t is not None and t <= wall_now:
-            if len(missed) > self._max_catch_up:
-                plan.beyond = True
-                break
-            if started is None or t > started:
-                missed.append(t)
-            result = _advancing(self._evaluate(rec.key, rec.data, t), t)
-            t = result if isinstance(result, float) else None  # (a next_run that keeps its date: once)
-        grace = self._grace
-        later: list[float] = []
-        if plan.beyond:  # more were missed than counted: those in the grace, or else the latest
-            if grace is not None:
-                later = self._fires_in_grace(rec, wall_now - grace, missed, wall_now)
-            if not later:
-                later = self._latest_fire(rec, missed, wall_now)
-        runnable = [m for m in missed + later if grace is None or wall_now - m <= grace]
-        if self._catch_up is CatchUp.ONCE:
-            run = [] if queue else runnable[-1:]  # an interrupted fire run again is the run of the catch-up
-        elif self._catch_up is CatchUp.SKIP:
-            run = []
-        else:
-            run = sorted(set(runnable))[: self._max_catch_up]
-        chosen = set(run)
-        plan.skipped = [m for m in missed if m not in chosen]
-        queue += [(m, False) for m in run]
-        plan.caught_up = len(run)
-        if queue:
-            plan.state, plan.at = KeyState.PENDING, queue[0][0]
-        elif plan.beyond:
-            return self._afresh(plan, rec, wall_now)  # more missed than counted: the next fire after now
-        elif rec.state is KeyState.DISABLED and base is None:
-            pass  # disabled it stays (next_run gave None, or Reschedule.NONE ran it), until upserted
-        else:
-            self._outcome_into(plan, rec, result if t is None else t)
-        return plan
-
-    def _as_if_ended(self, rec: _Key, when: float) -> float | None:
-        after = _advancing(self._evaluate(rec.key, rec.data, when), when)
-        return after if isinstance(after, float) else None
-
-    def _afresh(self, plan: _Plan, rec: _Key, wall_now: float) -> _Plan:
-        self._outcome_into(plan, rec, self._evaluate(rec.key, rec.data, wall_now))
-        return plan
-
-    def _outcome_into(self, plan: _Plan, rec: _Key, result: float | BaseException | None) -> None:
-        state, at, last_error = self._outcome(rec, result)
-        if rec.state is not KeyState.INVALID and plan.last_error != rec.last_error:
-            last_error = plan.last_error  # (an abandoned fire's message)
-        plan.state, plan.at, plan.last_error = state, at, last_error
-        plan.error = result if isinstance(result, BaseException) else None
-
-    def _latest_fire(self, rec: _Key, missed: list[float], wall_now: float) -> list[float]:
-        """The latest fire at or before now, beyond the counted ones (`missed`), or none. next_run(t) is
-        the first fire after t, so the search gallops back from now instead of stepping through every
-        missed fire: exact for a calendar schedule (a Cron); for a schedule relative to `now` (now +
-        an interval) the fire it finds is at now."""
-        step = max((missed[-1] - missed[0]) / max(1, len(missed) - 1), 1e-3)
-        reach = step
-        found: float | None = None
-        while found is None and wall_now - reach > missed[-1]:
-            first = self._evaluate(rec.key, rec.data, wall_now - reach)
-            if isinstance(first, float) and missed[-1] < first <= wall_now:
-                found = first
-            reach *= 2
-        if found is None:
-            return []
-        for _ in range(10_000):  # (from there, step to the latest)
-            after = self._evaluate(rec.key, rec.data, found)
-            if not isinstance(after, float) or not found < after <= wall_now:
-                break
-            found = after
-        return [found]
-
-    def _fires_in_grace(self, rec: _Key, since: float, missed: list[float], wall_now: float) -> list[float]:
-        """The fires after `since` (now - misfire_grace) and at or before now, beyond the counted ones
-        (at most max_catch_up + 1)."""
-        fires: list[float] = []
-        t = self._evaluate(rec.key, rec.data, max(since, missed[-1]))
-        while isinstance(t, float) and t <= wall_now and len(fires) <= self._max_catch_up:
-            fires.append(t)
-            after = self._evaluate(rec.key, rec.data, t)
-            if not isinstance(after, float) or after <= t:
-                break
-            t = after
-        return fires
-
-    def _report_missed(self, rec: _Key, skipped: list[float], beyond: bool) -> None:
+    def _report_missed(self, rec: Key, skipped: list[float], beyond: bool) -> None:
         count = len(skipped)
         logger.debug(
             "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",
@@ -2324,80 +1994,18 @@ class KeyedScheduler:
             "at least " if beyond else "",
             count,
             "no process held it" if self._shared else "the process was down",
-            _iso(skipped[0]),
-            _iso(skipped[-1]),
+            iso(skipped[0]),
+            iso(skipped[-1]),
         )
         self._call(
             self._on_missed,
             rec.key,
-            _value(rec.data),
+            value_of(rec.data),
             count,
-            _from_posix(skipped[0], UTC),
-            _from_posix(skipped[-1], UTC),
+            from_posix(skipped[0], UTC),
+            from_posix(skipped[-1], UTC),
         )
 
-
-@dataclasses.dataclass(slots=True)
-class _Plan:
-    """What a stored key does at start (KeyedScheduler._decide): its fires to run at once, its state and
-    next run after them, the fires it missed and did not run, and the fires to mark finished."""
-
-    state: KeyState
-    at: float | None
-    last_error: str | None
-    error: BaseException | None = None
-    queue: list[tuple[float, bool]] = dataclasses.field(default_factory=list)
-    skipped: list[float] = dataclasses.field(default_factory=list)
-    beyond: bool = False
-    finished: list[FinishedFire] = dataclasses.field(default_factory=list)
-    recovered: int = 0
-    caught_up: int = 0
-    abandoned: list[str] = dataclasses.field(default_factory=list)
-
-    def finish(self, rec: _Key, fire: StoredFire, wall_now: float, error: str) -> None:
-        self.finished.append(
-            FinishedFire(rec.key, fire.generation, fire.scheduled_for, _micro(wall_now), error)
-        )
-
-
-def _advancing(result: Any, scheduled_for: float) -> Any:
-    """What next_run gave after a run: a time at or before the fire that ran would run the key again at
-    once, without end (a one-off job that keeps its date): that is an error, which makes the key INVALID."""
-    if isinstance(result, float) and result <= scheduled_for:
-        return ValueError(
-            f"next_run returned {_iso(result)}, not after the fire it follows ({_iso(scheduled_for)}): the "
-            "key would run again at once, without end (return None to stop it)"
-        )
-    return result
-
-
-def _latest_started(rec: _Key, scheduled_for: float, rerun: bool) -> float:
-    """The key's latest started fire once this one starts: this one, but for the rerun of an interrupted
-    fire older than the latest (a life whose wall clock ran ahead, then a restart on a right one)."""
-    latest = rec.last_scheduled_for
-    return scheduled_for if not rerun or latest is None or latest < scheduled_for else latest
-
-
-def _since(rec: _Key, wall_now: float, scheduled_for: float, rerun: bool) -> float:
-    """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
-    stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
-    at or before one that started runs again."""
-    return max(wall_now, _latest_started(rec, scheduled_for, rerun))
-
-
-def _keep_first(rec: _Key, scheduled_for: float, rerun: bool) -> None:
-    """Put a fire first in its key's catch-up queue (unless it is there: a fire stays at the head until
-    its run begins)."""
-    queue = rec.catch_up
-    if not queue or queue[0][0] != scheduled_for:
-        rec.catch_up = [(scheduled_for, rerun), *(queue or ())]
-
-
-def _iso(t: float) -> str:
-    return _from_posix(t, UTC).isoformat()
-
-
-_STALE = object()  # what _begin() returns for a run that was superseded
 
 # The KeyedScheduler that uses each durable store (one at a time), by the store's id: the entry goes with
 # the KeyedScheduler (closed, or collected), and counts only while that KeyedScheduler's store is this one
@@ -2455,123 +2063,6 @@ def _check_scheduler_open(scheduler: Any) -> None:
 
 
 _CLOSED = Lifecycle.CLOSED
-
-
-class Fence(NamedTuple):
-    """A run's fencing token (`ctx.fence`): it grows with every run of a key that may have overlapped an
-    earlier one in another process, so that the job's own writes can refuse the older run's.
-
-    Compared as a tuple: a newer generation (an upsert) is greater; within a generation, a later fire;
-    within a fire, a later attempt (a rerun after a crash or a takeover). A job that writes somewhere
-    else stores the fence it ran with beside what it wrote and writes only over a smaller one.
-
-    Attributes:
-        generation: the key's generation.
-        scheduled_for: the fire's time, in integer microseconds since the epoch (UTC).
-        attempt: 1 for a fire's first run, 2 and more for its reruns (recover=Recover.RERUN).
-    """
-
-    generation: int
-    scheduled_for: int
-    attempt: int
-
-
-class LeaseLapsed(StoreError):
-    """A shared store's lease on a key may have lapsed before its run could start (the process was
-    paused longer than the lease): the run did not start; its fire is taken again, if the key is still
-    held here."""
-
-
-class _Writer:
-    """A shared store's database work, done by one thread of the KeyedScheduler in the order it was
-    decided (under the KeyedScheduler's lock, which is a ThreadedScheduler's own): nothing waits on the
-    database with that lock held or on an event loop's thread, and a key's writes (its fire's take, its
-    run's end, its release) reach the database in the order they were made. Whoever needs a result (a
-    take, an upsert) waits for its Future without the lock."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._work, name=f"timerwheel-{name}", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        """fn(*args) on the writer's thread, after everything submitted before. O(1)."""
-        future: Future[Any] = Future()
-        self._queue.put((future, fn, args))
-        return future
-
-    def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, fn, args = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # (the writer never dies: its caller hears of it)
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-    def stop(self, wait: bool = True) -> None:
-        """Do what was submitted, then stop; with `wait`, wait for that (not on the writer's own thread)."""
-        self._queue.put(None)
-        if wait and threading.current_thread() is not self._thread:
-            self._thread.join()
-
-
-class _Change(NamedTuple):
-    """A user's change of a key for a durable store (KeyedScheduler._change): its row, and what the key
-    becomes once the row is committed."""
-
-    rec: _Key
-    encoded: str
-    state: KeyState
-    at: float | None
-    last_error: str | None
-    result: Any
-    row: StoredKey
-
-
-class _Pending(NamedTuple):
-    """A user's change of a shared store, handed to the writer: the caller waits for (or awaits) its
-    commit without the lock, then applies it under the lock (KeyedScheduler._wait, _await)."""
-
-    keys: list[Hashable]
-    seq: int
-    future: Future[Any]
-    apply: Callable[[Any], Any]
-
-
-class _Start(NamedTuple):
-    """A fire about to start (KeyedScheduler._prepare_start): what its take writes, and the key's plan
-    once it is taken."""
-
-    rec: _Key
-    generation: int
-    scheduled_for: float
-    rerun: bool
-    wall_now: float
-    started_at: int  # what the take records (microseconds): wall_now's, or a retake's first (_Key.retake)
-    rest: list[tuple[float, bool]]
-    state: KeyState
-    at: float | None
-    last_error: str | None
-    error: BaseException | None
-    row: StoredKey | None
-
-
-def _check_key(key: Any) -> None:
-    try:
-        hash(key)
-    except TypeError:
-        raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
-
-
-def _checked_key(key: Any) -> Any:
-    _check_key(key)
-    return key
 
 
 class _Holder:

@@ -1,0 +1,297 @@
+"""The keys of a KeyedScheduler: the public values (KeyState, Reschedule, CatchUp, Recover, KeyInfo,
+KeyedStats), a key's record (Key: its timer, data, generation, state and catch-up queue), and the small
+rules about a key's times that every part of the keyed layer shares."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Hashable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from zoneinfo import ZoneInfo
+
+from .._engine import WallTimer
+from .._stores import StoredKey
+
+if TYPE_CHECKING:
+    from .._engine import JobContext
+
+
+class KeyState(enum.Enum):
+    """Where a key stands: PENDING (armed for next_run_at), RUNNING (a run of it is going), DISABLED
+    (next_run gave None, Reschedule.NONE after a run, or the scheduler closed), INVALID (next_run raised or
+    gave something that is not an aware datetime; see last_error)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DISABLED = "disabled"
+    INVALID = "invalid"
+
+
+class Reschedule(enum.Enum):
+    """When a key's next run is computed: AFTER_FINISH (when a run finishes: runs never overlap),
+    BEFORE_RUN (when a run starts: a fixed cadence, runs may overlap), NONE (never: after a run the key is
+    DISABLED until it is upserted again)."""
+
+    AFTER_FINISH = "after_finish"
+    BEFORE_RUN = "before_run"
+    NONE = "none"
+
+
+class CatchUp(enum.Enum):
+    """What start() does with the fires of a stored key that fell due while the process was down:
+    ONCE (one run now, then on schedule: systemd's Persistent=true, Kubernetes CronJob), SKIP (none: go on
+    at the next fire after now), ALL (each missed fire, in order, at most max_catch_up: Quartz's
+    ignore-misfire policy; then on schedule). Every missed fire that does not run is reported."""
+
+    ONCE = "once"
+    SKIP = "skip"
+    ALL = "all"
+
+
+class Recover(enum.Enum):
+    """What start() does with a fire that started and never finished (the process died during its run):
+    RERUN it (at-least-once execution), or SKIP it (at-most-once: recorded as failed)."""
+
+    RERUN = "rerun"
+    SKIP = "skip"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyedStats:
+    """A snapshot of a KeyedScheduler's counters (since it was made).
+
+    Attributes:
+        keys: keys held.
+        started: runs started. finished: runs finished. failed: runs that raised.
+        missed: fires that fell due while the process was down (a durable store) and were not run
+            (CatchUp.SKIP, beyond max_catch_up, past misfire_grace), all reported through on_missed.
+        caught_up: missed fires run at start (CatchUp.ONCE or ALL).
+        recovered: interrupted fires run again at start (Recover.RERUN).
+        abandoned: interrupted fires recorded as failed (Recover.SKIP).
+        clock_errors: times the wall clock could not be read as a key's run started or ended (logged;
+            the run is tried again after a back-off, or its end planned from the last reading).
+    """
+
+    keys: int = 0
+    started: int = 0
+    finished: int = 0
+    failed: int = 0
+    missed: int = 0
+    caught_up: int = 0
+    recovered: int = 0
+    abandoned: int = 0
+    clock_errors: int = 0
+
+
+class KeyInfo(NamedTuple):
+    """A key as it stands, from get() and snapshot() (a named tuple: cheap to make by the million).
+
+    Attributes:
+        key: the key.
+        data: its data, as last upserted.
+        state: its KeyState.
+        next_run_at: when it runs next (an aware UTC datetime), or None.
+        running: whether a run of it is going (of this generation or an older one).
+        last_error: the most recent error of next_run or of a run ("Type: message"), or None.
+        generation: bumped by every upsert, replace and remove.
+    """
+
+    key: Hashable
+    data: Any
+    state: KeyState
+    next_run_at: datetime | None
+    running: bool
+    last_error: str | None
+    generation: int
+
+
+class KeyOwner(Protocol):
+    """What a key's record needs of the KeyedScheduler that holds it: whether it is closed (a closed one
+    shows every key DISABLED), and where a fire goes (the engine calls Key.fire at the key's next run)."""
+
+    _closed: bool
+
+    def _fired(self, rec: Key) -> None: ...
+
+
+_new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
+
+
+class Key(WallTimer):
+    """A key's record, and its one timer: a WallTimer of the engine armed at its next run (`wall`)."""
+
+    kind = "keys"  # what the engine's stats() counts it as
+    __slots__ = (
+        "catch_up",
+        "contexts",
+        "data",
+        "generation",
+        "handed",
+        "key",
+        "last_call",
+        "last_error",
+        "last_scheduled_for",
+        "next_run_at",
+        "owner",
+        "retake",
+        "running",
+        "state",
+    )
+
+    def __init__(self, owner: KeyOwner, key: Hashable, data: Any) -> None:
+        self.id: int | None = None  # (WallTimer's: its entry in the store while armed)
+        self.due = 0.0
+        self.wall = 0.0
+        self.owner = owner
+        self.key = key
+        self.data = data
+        self.generation = 0
+        self.state = KeyState.DISABLED
+        self.next_run_at: float | None = None  # POSIX seconds
+        self.running = 0
+        self.last_error: str | None = None
+        self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
+        self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
+        self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
+        self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
+        # The fire handed to the scheduler whose take is not done yet, (generation, scheduled_for), or
+        # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
+        # a catch-up step, while its take is on its way to a shared store, would take it twice).
+        self.handed: tuple[int, float] | None = None
+        # A take whose answer did not come (the store raised: it may have committed) or whose lease may
+        # have lapsed since, (generation, scheduled_for, started_at): the fire's next take is the same
+        # take again, with the same started_at, which a store takes at the same attempt.
+        self.retake: tuple[int, float, int] | None = None
+
+    def row(
+        self,
+        data: str,
+        generation: int,
+        state: KeyState,
+        at: float | None,
+        last_error: str | None,
+        started: float | None = None,
+    ) -> StoredKey:
+        """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
+        error), and its latest started fire (`started`, or its own). The one place a row is made."""
+        latest = self.last_scheduled_for if started is None else started
+        return StoredKey(self.key, data, generation, state.value, us(at), us(latest), last_error)
+
+    def fire(self) -> None:
+        """Its next run came (drain() calls it): hand the run to the scheduler."""
+        self.owner._fired(self)
+
+    def info(self) -> KeyInfo:
+        # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
+        # store still gets when a run that goes on past close() ends)
+        closed = self.owner._closed
+        at = None if closed else self.next_run_at
+        return _new_info(
+            KeyInfo,
+            (
+                self.key,
+                value_of(self.data),
+                KeyState.DISABLED if closed else self.state,
+                None if at is None else from_posix(at, UTC),
+                self.running > 0,
+                self.last_error,
+                self.generation,
+            ),
+        )
+
+
+from_posix = datetime.fromtimestamp
+
+
+class Stored(str):
+    """A key's data as the JSON a durable store keeps: decoded at each use (what run, next_run and
+    KeyInfo get: a fresh object each time), and far smaller in memory than the object."""
+
+    __slots__ = ()
+
+
+def value_of(data: Any) -> Any:
+    return json.loads(data) if type(data) is Stored else data
+
+
+def micro(t: float) -> int:
+    """POSIX seconds as the integer microseconds a store keeps (exact keys for scheduled times)."""
+    return round(t * 1_000_000)
+
+
+def us(t: float | None) -> int | None:
+    return None if t is None else micro(t)
+
+
+def seconds_of(us: int | None) -> float | None:
+    return None if us is None else us / 1_000_000
+
+
+ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact
+# The next runs a key may have: what a UTC datetime can show (KeyInfo.next_run_at), a day inside the limits.
+MIN_POSIX = (datetime.min.replace(tzinfo=UTC) + timedelta(days=1)).timestamp()
+MAX_POSIX = (datetime.max.replace(tzinfo=UTC) - timedelta(days=1)).timestamp()
+
+
+def describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def outcome_of(rec: Key, result: float | BaseException | None) -> tuple[KeyState, float | None, str | None]:
+    """What an evaluation makes of a key: (state, next_run_at, last_error)."""
+    if isinstance(result, BaseException):
+        return KeyState.INVALID, None, describe(result)
+    last_error = None if rec.state is KeyState.INVALID else rec.last_error
+    return (KeyState.DISABLED if result is None else KeyState.PENDING), result, last_error
+
+
+def advancing(result: Any, scheduled_for: float) -> Any:
+    """What next_run gave after a run: a time at or before the fire that ran would run the key again at
+    once, without end (a one-off job that keeps its date): that is an error, which makes the key INVALID."""
+    if isinstance(result, float) and result <= scheduled_for:
+        return ValueError(
+            f"next_run returned {iso(result)}, not after the fire it follows ({iso(scheduled_for)}): the "
+            "key would run again at once, without end (return None to stop it)"
+        )
+    return result
+
+
+def latest_started(rec: Key, scheduled_for: float, rerun: bool) -> float:
+    """The key's latest started fire once this one starts: this one, but for the rerun of an interrupted
+    fire older than the latest (a life whose wall clock ran ahead, then a restart on a right one)."""
+    latest = rec.last_scheduled_for
+    return scheduled_for if not rerun or latest is None or latest < scheduled_for else latest
+
+
+def since(rec: Key, wall_now: float, scheduled_for: float, rerun: bool) -> float:
+    """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
+    stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
+    at or before one that started runs again."""
+    return max(wall_now, latest_started(rec, scheduled_for, rerun))
+
+
+def keep_first(rec: Key, scheduled_for: float, rerun: bool) -> None:
+    """Put a fire first in its key's catch-up queue (unless it is there: a fire stays at the head until
+    its run begins)."""
+    queue = rec.catch_up
+    if not queue or queue[0][0] != scheduled_for:
+        rec.catch_up = [(scheduled_for, rerun), *(queue or ())]
+
+
+def iso(t: float) -> str:
+    return from_posix(t, UTC).isoformat()
+
+
+def check_key(key: Any) -> None:
+    try:
+        hash(key)
+    except TypeError:
+        raise TypeError(f"key must be hashable, not {type(key).__name__}") from None
+
+
+def checked_key(key: Any) -> Any:
+    check_key(key)
+    return key

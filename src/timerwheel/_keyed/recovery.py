@@ -1,0 +1,199 @@
+"""What a stored key does when a KeyedScheduler takes it up (at start, or when a shared store's claim
+brings it here): its interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up,
+misfire_grace), then its next run. Pure functions of the key's row, its unfinished fires, the wall time,
+the policy and next_run: they decide only, and the KeyedScheduler applies the plan."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, NamedTuple
+
+from .._stores import FinishedFire, StoredFire
+from .keys import CatchUp, Key, KeyState, Recover, Reschedule, advancing, iso, micro, outcome_of
+
+#: next_run at a wall time, checked: POSIX seconds, None (disabled), or the error that makes a key INVALID.
+Evaluate = Callable[[Hashable, Any, float], "float | BaseException | None"]
+
+
+class Policy(NamedTuple):
+    """A KeyedScheduler's rules for what happened while nothing ran its keys."""
+
+    recover: Recover
+    reschedule: Reschedule
+    catch_up: CatchUp
+    max_catch_up: int
+    grace: float | None  # misfire_grace
+
+
+@dataclasses.dataclass(slots=True)
+class Plan:
+    """What a stored key does at start (KeyedScheduler._decide): its fires to run at once, its state and
+    next run after them, the fires it missed and did not run, and the fires to mark finished."""
+
+    state: KeyState
+    at: float | None
+    last_error: str | None
+    error: BaseException | None = None
+    queue: list[tuple[float, bool]] = dataclasses.field(default_factory=list)
+    skipped: list[float] = dataclasses.field(default_factory=list)
+    beyond: bool = False
+    finished: list[FinishedFire] = dataclasses.field(default_factory=list)
+    recovered: int = 0
+    caught_up: int = 0
+    abandoned: list[str] = dataclasses.field(default_factory=list)
+
+    def finish(self, rec: Key, fire: StoredFire, wall_now: float, error: str) -> None:
+        self.finished.append(
+            FinishedFire(rec.key, fire.generation, fire.scheduled_for, micro(wall_now), error)
+        )
+
+
+def decide(
+    rec: Key, unfinished: Iterable[StoredFire], wall_now: float, policy: Policy, evaluate: Evaluate
+) -> Plan:
+    """What a stored key does at start (or when a shared store's claim brings it here): its
+    interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up, misfire_grace),
+    then its timer. Decided only: nothing changes until _apply_all."""
+    plan = Plan(rec.state, rec.next_run_at, rec.last_error)
+    queue = plan.queue
+    base = rec.next_run_at
+    interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
+    # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
+    # fire log as unfinished (rerun, or abandoned, below), and so is every unfinished one (the row
+    # may say less: a run's end written after a later fire's take).
+    started = rec.last_scheduled_for
+    for fire in unfinished:
+        when = fire.scheduled_for / 1_000_000
+        if fire.generation != rec.generation:
+            plan.finish(rec, fire, wall_now, "superseded: its key was replaced")
+            continue
+        if started is None or when > started:
+            started = when
+        if policy.recover is Recover.RERUN:
+            queue.append((when, True))
+            plan.recovered += 1
+        else:
+            message = (
+                f"the run of {iso(when)} was interrupted (the process stopped during it); "
+                "recover=Recover.SKIP does not run it again"
+            )
+            plan.finish(rec, fire, wall_now, message)
+            plan.last_error = message
+            plan.abandoned.append(message)
+        if base is None and policy.reschedule is Reschedule.AFTER_FINISH:
+            base = _as_if_ended(rec, when, evaluate)  # AFTER_FINISH leaves it unset while a run goes
+    if (
+        base is None
+        and interrupted
+        and not queue
+        and rec.last_scheduled_for is not None
+        and policy.reschedule is Reschedule.AFTER_FINISH
+    ):  # its run's end was recorded, not its row (closed during the run, or a shared key taken over
+        base = _as_if_ended(rec, rec.last_scheduled_for, evaluate)  # then): as if it ended on time
+    if policy.reschedule is Reschedule.NONE and interrupted and base is None:
+        # A run of Reschedule.NONE was going: the key is DISABLED after it (after its rerun, if any).
+        if queue:
+            plan.state, plan.at = KeyState.PENDING, queue[0][0]
+        else:
+            plan.state, plan.at = KeyState.DISABLED, None
+        return plan
+    if rec.state is KeyState.INVALID or (base is None and not queue and rec.state is not KeyState.DISABLED):
+        return _afresh(plan, rec, wall_now, evaluate)  # nothing to catch up from: next_run afresh
+    missed: list[float] = []
+    t: float | None = base
+    result: Any = base
+    # (A life that decided to rerun a fire and ended before the rerun left it as the key's next run:
+    # it is that rerun, not a miss.)
+    while t is not None and t <= wall_now:
+        if len(missed) > policy.max_catch_up:
+            plan.beyond = True
+            break
+        if started is None or t > started:
+            missed.append(t)
+        result = advancing(evaluate(rec.key, rec.data, t), t)
+        t = result if isinstance(result, float) else None  # (a next_run that keeps its date: once)
+    grace = policy.grace
+    later: list[float] = []
+    if plan.beyond:  # more were missed than counted: those in the grace, or else the latest
+        if grace is not None:
+            later = _fires_in_grace(rec, wall_now - grace, missed, wall_now, evaluate, policy.max_catch_up)
+        if not later:
+            later = _latest_fire(rec, missed, wall_now, evaluate)
+    runnable = [m for m in missed + later if grace is None or wall_now - m <= grace]
+    if policy.catch_up is CatchUp.ONCE:
+        run = [] if queue else runnable[-1:]  # an interrupted fire run again is the run of the catch-up
+    elif policy.catch_up is CatchUp.SKIP:
+        run = []
+    else:
+        run = sorted(set(runnable))[: policy.max_catch_up]
+    chosen = set(run)
+    plan.skipped = [m for m in missed if m not in chosen]
+    queue += [(m, False) for m in run]
+    plan.caught_up = len(run)
+    if queue:
+        plan.state, plan.at = KeyState.PENDING, queue[0][0]
+    elif plan.beyond:
+        return _afresh(plan, rec, wall_now, evaluate)  # more missed than counted: the next fire after now
+    elif rec.state is KeyState.DISABLED and base is None:
+        pass  # disabled it stays (next_run gave None, or Reschedule.NONE ran it), until upserted
+    else:
+        _outcome_into(plan, rec, result if t is None else t)
+    return plan
+
+
+def _as_if_ended(rec: Key, when: float, evaluate: Evaluate) -> float | None:
+    after = advancing(evaluate(rec.key, rec.data, when), when)
+    return after if isinstance(after, float) else None
+
+
+def _afresh(plan: Plan, rec: Key, wall_now: float, evaluate: Evaluate) -> Plan:
+    _outcome_into(plan, rec, evaluate(rec.key, rec.data, wall_now))
+    return plan
+
+
+def _outcome_into(plan: Plan, rec: Key, result: float | BaseException | None) -> None:
+    state, at, last_error = outcome_of(rec, result)
+    if rec.state is not KeyState.INVALID and plan.last_error != rec.last_error:
+        last_error = plan.last_error  # (an abandoned fire's message)
+    plan.state, plan.at, plan.last_error = state, at, last_error
+    plan.error = result if isinstance(result, BaseException) else None
+
+
+def _latest_fire(rec: Key, missed: list[float], wall_now: float, evaluate: Evaluate) -> list[float]:
+    """The latest fire at or before now, beyond the counted ones (`missed`), or none. next_run(t) is
+    the first fire after t, so the search gallops back from now instead of stepping through every
+    missed fire: exact for a calendar schedule (a Cron); for a schedule relative to `now` (now +
+    an interval) the fire it finds is at now."""
+    step = max((missed[-1] - missed[0]) / max(1, len(missed) - 1), 1e-3)
+    reach = step
+    found: float | None = None
+    while found is None and wall_now - reach > missed[-1]:
+        first = evaluate(rec.key, rec.data, wall_now - reach)
+        if isinstance(first, float) and missed[-1] < first <= wall_now:
+            found = first
+        reach *= 2
+    if found is None:
+        return []
+    for _ in range(10_000):  # (from there, step to the latest)
+        after = evaluate(rec.key, rec.data, found)
+        if not isinstance(after, float) or not found < after <= wall_now:
+            break
+        found = after
+    return [found]
+
+
+def _fires_in_grace(
+    rec: Key, since: float, missed: list[float], wall_now: float, evaluate: Evaluate, max_catch_up: int
+) -> list[float]:
+    """The fires after `since` (now - misfire_grace) and at or before now, beyond the counted ones
+    (at most max_catch_up + 1)."""
+    fires: list[float] = []
+    t = evaluate(rec.key, rec.data, max(since, missed[-1]))
+    while isinstance(t, float) and t <= wall_now and len(fires) <= max_catch_up:
+        fires.append(t)
+        after = evaluate(rec.key, rec.data, t)
+        if not isinstance(after, float) or after <= t:
+            break
+        t = after
+    return fires
