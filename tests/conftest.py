@@ -55,10 +55,9 @@ def compiled_core() -> ModuleType:
         pytest.skip(f"the compiled core (timerwheel._core._wheel_c) is not built: {exc}")
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[Any]:
-    """A real PostgreSQL server for the session (tests/_pg.py), started on first use; the test skips,
-    saying so, where no server binary exists."""
+def _a_pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server (tests/_pg.py), stopped and removed afterwards; the test skips, saying
+    so, where no server binary exists."""
     from . import _pg
 
     if _pg.bindir() is None:
@@ -66,20 +65,19 @@ def pg_server() -> Iterator[Any]:
     server = _pg.Server()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server for the session, started on first use."""
+    yield from _a_pg_server()
 
 
 @pytest.fixture
 def pg_own_server() -> Iterator[Any]:
-    """A PostgreSQL server of the test's own (tests/_pg.py), for a test that stops and starts it (an
-    outage: the session's server is the other tests'); stopped and removed after the test. The test skips,
-    saying so, where no server binary exists."""
-    from . import _pg
-
-    if _pg.bindir() is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    server = _pg.Server()
-    yield server
-    server.stop()
+    """A PostgreSQL server of the test's own, for a test that stops and starts it (an outage: the
+    session's server is the other tests')."""
+    yield from _a_pg_server()
 
 
 @pytest.fixture

@@ -70,6 +70,21 @@ def every(period: float) -> Any:
     return next_run
 
 
+def count_rounds(store: PostgresStore) -> list[int]:
+    """A list whose one item counts the keeper rounds of `store` that ended (from now on)."""
+    rounds = [0]
+    keeper_pass = store._pass
+
+    def counted_pass(*args: Any, **kwargs: Any) -> None:
+        try:
+            keeper_pass(*args, **kwargs)
+        finally:
+            rounds[0] += 1
+
+    store._pass = counted_pass  # type: ignore[method-assign]
+    return rounds
+
+
 def wait_for(predicate: Any, timeout: float, what: str) -> float:
     """Poll until predicate() is true; the seconds it took. (Polling a state that other threads and the
     database change: the timeout is a bound, the figure is what a test reports.)"""
@@ -1181,7 +1196,6 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
     )
     in_window, go_on = threading.Event(), threading.Event()
     adopted: list[Any] = []
-    rounds = [0]
 
     def hold_open() -> None:  # (on the keeper's thread)
         if not in_window.is_set():
@@ -1212,15 +1226,7 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
         adopt(rows, fires, stamp)
 
     keyed._shared_adopt = adopt_and_note  # type: ignore[method-assign]
-    keeper_pass = store._pass
-
-    def counted_pass(*args: Any, **kwargs: Any) -> None:
-        try:
-            keeper_pass(*args, **kwargs)
-        finally:
-            rounds[0] += 1
-
-    store._pass = counted_pass  # type: ignore[method-assign]
+    rounds = count_rounds(store)
     try:
         keyed.start()  # its keeper's first round claims the ten keys: it waits in the window
         assert in_window.wait(10)
@@ -1401,16 +1407,7 @@ def test_catch_up_fires_handed_to_the_scheduler_are_not_lost_when_another_proces
     a_sched = ThreadedScheduler(wall_clock=sa.wall, workers=2)
     a_sched.start()
     a = KeyedScheduler(a_sched, grid, run, context=True, store=sa, catch_up=CatchUp.ALL, on_finish=on_finish)
-    a_rounds = [0]
-    keeper_pass = sa._pass
-
-    def counted_pass(*args: Any, **kwargs: Any) -> None:
-        try:
-            keeper_pass(*args, **kwargs)
-        finally:
-            a_rounds[0] += 1
-
-    sa._pass = counted_pass  # type: ignore[method-assign]
+    a_rounds = count_rounds(sa)
     c: KeyedScheduler | None = None
     try:
         a.start()  # claims both: k's second catch-up fire is handed over, and waits for a worker

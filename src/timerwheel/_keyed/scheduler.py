@@ -63,17 +63,7 @@ from .recovery import Plan, Policy, decide
 from .runs import STALE, Start, Writer
 from .shared import Change, Fence, LeaseLapsed, Pending
 
-__all__ = [
-    "CatchUp",
-    "Fence",
-    "KeyInfo",
-    "KeyState",
-    "KeyedScheduler",
-    "KeyedStats",
-    "LeaseLapsed",
-    "Recover",
-    "Reschedule",
-]
+__all__ = ["KeyedScheduler"]
 
 logger = logging.getLogger("timerwheel")
 
