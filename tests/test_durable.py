@@ -157,7 +157,7 @@ def test_close_during_a_run_does_not_write_disabled_into_the_store(
     def closes(key: Any, data: Any) -> None:
         life.keyed.close()  # (from the run: it does not wait for it)
 
-    life.keyed._run = closes  # type: ignore[method-assign]
+    life.keyed._runs._run = closes  # type: ignore[method-assign]
     life.keyed.start()
     life.keyed.upsert("a", {"every": 10})
     life.advance(10)
@@ -182,7 +182,7 @@ def test_a_run_going_on_past_close_removes_its_own_key_from_the_file(path: Path,
         life.keyed.close()  # (from the run: it does not wait for it)
         removed.append(life.keyed.remove(key))
 
-    life.keyed._run = once  # type: ignore[method-assign]
+    life.keyed._runs._run = once  # type: ignore[method-assign]
     life.keyed.start()
     life.keyed.upsert("once", {"every": 10})
     life.keyed.upsert("other", {"every": 100})
@@ -555,7 +555,7 @@ def test_a_run_whose_end_could_not_be_recorded_is_not_run_again_at_the_next_star
     life = Life(
         path, clock, context=True, run=lambda ctx, key, data: ran.append(round(ctx.scheduled_for - T0))
     )
-    store = life.keyed._store
+    store = life.keyed._table.store
     real = store.finish_fire
     failures = [1]
 
@@ -1216,7 +1216,7 @@ def test_next_run_at_upsert_and_replace_all_gets_what_json_gives_back(path: Path
 
 def crash(life: Life) -> None:
     """The process dies here: its store's file is left as it is (nothing more is written to it)."""
-    life.keyed._store.close()
+    life.keyed._table.store.close()
 
 
 def test_a_fire_rerun_after_a_recovering_life_that_ended_is_not_reported_missed(
@@ -1231,7 +1231,7 @@ def test_a_fire_rerun_after_a_recovering_life_that_ended_is_not_reported_missed(
         crash(first)
         raise RuntimeError("the process is killed during this run")
 
-    first.keyed._run = dies_mid_run  # type: ignore[method-assign]
+    first.keyed._runs._run = dies_mid_run  # type: ignore[method-assign]
     first.keyed.start()
     first.keyed.upsert("job", {"every": 10})
     first.advance(10)  # the run of T0 + 10 starts, and the process dies in it
@@ -1259,7 +1259,7 @@ def dies_during_its_first_run(path: Path, clock: ManualClock, fences: list[Any])
         crash(first)
         raise RuntimeError("the process is killed during this run")
 
-    first.keyed._run = dies_mid_run  # type: ignore[method-assign]
+    first.keyed._runs._run = dies_mid_run  # type: ignore[method-assign]
     first.keyed.start()
     first.keyed.upsert("job", {"every": 10})
     first.advance(10)
@@ -1359,7 +1359,7 @@ def test_a_program_that_ends_after_close_records_the_end_of_the_run_that_went_on
 
 def answers_lost(life: Life, takes: int) -> None:
     """The life's next `takes` takes of a fire commit, then raise (an I/O error on the way back)."""
-    store = life.keyed._store
+    store = life.keyed._table.store
     real = store.start_fire
     failures = [1] * takes
 
@@ -1381,7 +1381,7 @@ def test_a_take_whose_commit_answered_an_error_is_taken_when_tried_again(
     life = Life(path, clock, context=True)
     fences: list[Any] = []
     answers_lost(life, 1)
-    life.keyed._run = lambda ctx, key, data: fences.append(ctx.fence)  # type: ignore[method-assign]
+    life.keyed._runs._run = lambda ctx, key, data: fences.append(ctx.fence)  # type: ignore[method-assign]
     life.keyed.start()
     life.keyed.upsert("job", {"every": 10})
     life.advance(10)
@@ -1479,7 +1479,7 @@ def test_an_unfinished_fire_later_than_the_rows_last_fire_is_rerun_once_not_caug
 
 def upsert_whose_answer_is_lost(life: Life, key: str) -> None:
     """upsert(key) whose put commits, then raises StoreError (an I/O error on the way back)."""
-    store = life.keyed._store
+    store = life.keyed._table.store
     real = store.put
 
     def answer_lost(row: StoredKey) -> int:
@@ -1763,14 +1763,14 @@ def test_a_store_error_during_start_leaves_no_key_unarmed(path: Path, clock: Man
             crash(first)
             raise RuntimeError("the process is killed during this run")
 
-    first.keyed._run = dies_in_a  # type: ignore[method-assign]
+    first.keyed._runs._run = dies_in_a  # type: ignore[method-assign]
     first.keyed.start()
     first.keyed.upsert("a", {"every": 10})
     first.keyed.upsert("b", {"every": 30})
     first.advance(10)  # a's run starts, and the process dies in it
     down(clock, 2)
     life = Life(path, clock, recover=Recover.SKIP)
-    store = life.keyed._store
+    store = life.keyed._table.store
     real = store.save
     failures = [1]
 

@@ -82,7 +82,7 @@ class Inline(Driver):
         self.sched.run_pending()
 
     def close(self) -> None:
-        if not self.k._closed:
+        if not self.k._table.closed:
             self.k.close()
 
 
@@ -1312,7 +1312,7 @@ class FlakyWall(ManualClock):
     def _in_a_run() -> bool:
         frame = sys._getframe(2)
         while frame is not None:
-            if frame.f_code.co_name in ("_prepare_start", "_end", "_ended"):
+            if frame.f_code.co_name in ("_prepare_start", "end", "_ended"):
                 return True
             frame = frame.f_back  # type: ignore[assignment]
         return False

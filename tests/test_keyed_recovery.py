@@ -20,9 +20,9 @@ from timerwheel.drivers import StoredFire
 class Owner:
     """What a key's record needs of its KeyedScheduler (nothing here fires it)."""
 
-    _closed = False
+    closed = False
 
-    def _fired(self, rec: Key) -> None:
+    def fired(self, rec: Key) -> None:
         raise AssertionError("decide() fires nothing")
 
 

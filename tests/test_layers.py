@@ -45,7 +45,7 @@ ALLOWED_PRIVATE = {
     ("_engine.scheduler", "_move_id"),
     ("_drivers.threaded", "_is_owned"),
     ("testing.simulate", "_ready"),
-    ("testing.simulate", "_report_missed"),
+    ("testing.simulate", "_table"),
     ("testing.simulate", "_scheduled"),
     ("testing.simulate", "_virtual"),
 }

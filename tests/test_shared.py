@@ -894,11 +894,11 @@ def test_a_key_upserted_during_a_keeper_round_is_not_given_back_by_it(dsn: str) 
     keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
     keyed.start()
     try:
-        stamp = keyed._shared_stamp()  # (the round begins: it counts no key)
+        stamp = keyed._shared_keys.stamp()  # (the round begins: it counts no key)
         keyed.upsert("k")  # (committed before the round reads what this process holds: one key)
-        keyed._shared_shed(1, stamp)
+        keyed._shared_keys.shed(1, stamp)
         applied = threading.Event()
-        keyed._post(applied.set)  # (posted work is applied in order: the shed's is done by then)
+        keyed._shared_keys.post(applied.set)  # (posted work is applied in order: the shed's is done by then)
         assert applied.wait(10)
         assert keyed.get("k") is not None
         assert sql(dsn, "SELECT owner FROM timerwheel_keys WHERE key = %s", '"k"') == [(store.owner_id,)]
@@ -936,10 +936,10 @@ def test_a_key_committed_and_not_yet_applied_is_not_given_back_as_held_elsewhere
         upsert = threading.Thread(target=keyed.upsert, args=("k",))
         upsert.start()
         assert committed.wait(10)
-        stamp = keyed._shared_stamp()  # (a keeper round begins now, and reads the key held here)
-        keyed._shared_reconcile({"k": 1}, stamp)
+        stamp = keyed._shared_keys.stamp()  # (a keeper round begins now, and reads the key held here)
+        keyed._shared_keys.reconcile({"k": 1}, stamp)
         applied = threading.Event()
-        keyed._post(applied.set)
+        keyed._shared_keys.post(applied.set)
         assert applied.wait(10)
         assert sql(dsn, "SELECT owner FROM timerwheel_keys WHERE key = %s", '"k"') == [(store.owner_id,)]
         go_on.set()
@@ -1149,7 +1149,7 @@ def test_a_claim_read_before_an_upsert_does_not_undo_it(dsn: str) -> None:
         keyed.upsert("k", "new")  # ... the user's change commits generation 2 ...
         holder.adopt([StoredKey("k", '"old"', 1, "pending", far, None, None)], [], stamp)  # ... the claim
         applied = threading.Event()
-        keyed._post(applied.set)  # (posted work is applied in order: the adoption's is done by then)
+        keyed._shared_keys.post(applied.set)  # (applied in order: the adoption's is done by then)
         assert applied.wait(10)
         info = keyed.get("k")
         assert info is not None and info.data == "new" and info.generation == 2
@@ -1203,13 +1203,13 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
             assert go_on.wait(10)
 
     if window == "before the claim":
-        flush = keyed._shared_flush  # (the keeper's last call before its claim's transaction)
+        flush = keyed._shared_keys.flush  # (the keeper's last call before its claim's transaction)
 
         def flush_then_wait() -> None:
             flush()
             hold_open()
 
-        keyed._shared_flush = flush_then_wait  # type: ignore[method-assign]
+        keyed._shared_keys.flush = flush_then_wait  # type: ignore[method-assign]
     else:
         readable = store._readable  # (called inside the claim's transaction, on the rows it claimed)
 
@@ -1219,13 +1219,13 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
             return readable(rows, read, table)
 
         store._readable = wait_then_read  # type: ignore[method-assign]
-    adopt = keyed._shared_adopt
+    adopt = keyed._shared_keys.adopt
 
     def adopt_and_note(rows: Any, fires: Any, stamp: int) -> None:
         adopted.extend(rows)
         adopt(rows, fires, stamp)
 
-    keyed._shared_adopt = adopt_and_note  # type: ignore[method-assign]
+    keyed._shared_keys.adopt = adopt_and_note  # type: ignore[method-assign]
     rounds = count_rounds(store)
     try:
         keyed.start()  # its keeper's first round claims the ten keys: it waits in the window
@@ -1233,14 +1233,14 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
         keyed.upsert("run")
         assert started.wait(10)
         keyed.close()  # the run goes on
-        keyed._writer().submit(lambda: None).result(10)  # (close()'s give-back is written by then)
+        keyed._journal.writer().submit(lambda: None).result(10)  # (close()'s give-back is written by then)
         assert store._detached
         go_on.set()  # the keeper's round goes on
         wait_for(lambda: rounds[0] >= 1, 10.0, "the keeper's round ends")
         applied = threading.Event()
-        keyed._post(lambda: None, applied.set)  # (what that round posted is applied by then)
+        keyed._shared_keys.post(lambda: None, applied.set)  # (what that round posted is applied by then)
         assert applied.wait(10)
-        keyed._writer().submit(lambda: None).result(10)  # (and what that wrote, written)
+        keyed._journal.writer().submit(lambda: None).result(10)  # (and what that wrote, written)
         assert sql(dsn, "SELECT key FROM timerwheel_keys WHERE owner = %s", store.owner_id) == [('"run"',)]
         if window == "before the claim":
             assert adopted == []  # (claimed nothing at all)
@@ -1300,12 +1300,12 @@ def test_a_key_given_back_at_close_has_its_unrecorded_end_recorded_first(dsn: st
         assert started.wait(10)
         a.upsert("k")  # (after long's take: that write would have recorded k's end)
         wait_for(lambda: bool(failed), 10.0, "k's end fails to be recorded")
-        a._writer().submit(lambda: None).result(10)  # (the failure is noted by then)
+        a._journal.writer().submit(lambda: None).result(10)  # (the failure is noted by then)
         a.close()  # "long" still runs: k is given back now
         b = Node(dsn, runs, next_run=every(3600))
         wait_for(lambda: "k" in b.keyed, 10.0, "b claims k")
         applied = threading.Event()
-        b.keyed._post(applied.set)  # (the claim is applied by then: a fire to run again would be planned)
+        b.keyed._shared_keys.post(applied.set)  # (the claim is applied by then: a rerun would be planned)
         assert applied.wait(10)
         assert b.keyed.stats().recovered == 0
         assert runs_of(runs, "k") == 1
@@ -1345,11 +1345,11 @@ def test_a_key_whose_last_end_is_not_recorded_is_not_given_away_to_rebalance(dsn
     wait_for(lambda: ran == {1, 2, 3}, 10.0, "keys 1-3 run")
     a.upsert(0)  # (run last: the latest due of a's keys, the first it would give away)
     wait_for(lambda: bool(failed), 10.0, "key 0's end fails to be recorded")
-    a._writer().submit(lambda: None).result(10)  # (the failure is noted by then)
+    a._journal.writer().submit(lambda: None).result(10)  # (the failure is noted by then)
     b = Node(dsn, runs, next_run=every(3600))  # a's share is 2 keys from now on: it gives 2 back
     wait_for(lambda: len(b.keyed) == 2, 10.0, "b claims the two keys a gives back")
     applied = threading.Event()
-    b.keyed._post(applied.set)  # (the claim is applied by then: a fire to run again would be planned)
+    b.keyed._shared_keys.post(applied.set)  # (the claim is applied by then: a rerun would be planned)
     assert applied.wait(10)
     assert 0 not in b.keyed and b.keyed.stats().recovered == 0
     b.close()

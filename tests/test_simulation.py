@@ -159,7 +159,7 @@ def test_a_key_that_stops_running_is_caught() -> None:
         cluster.run_for(3.0)
         holder = cluster.holder("a")
         assert holder is not None
-        holder.keyed._disarm(holder.keyed._keys["a"])  # (a bug: the key's timer is gone)
+        holder.keyed._table.disarm(holder.keyed._keys["a"])  # (a bug: the key's timer is gone)
         cluster.quiet()
         assert [v.invariant for v in cluster.violations] == ["progress"]
         with pytest.raises(Violation, match="key 'a' did not run"):

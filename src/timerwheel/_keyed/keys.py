@@ -59,6 +59,16 @@ class Recover(enum.Enum):
     SKIP = "skip"
 
 
+class Policy(NamedTuple):
+    """A KeyedScheduler's rules for what happened while nothing ran its keys."""
+
+    recover: Recover
+    reschedule: Reschedule
+    catch_up: CatchUp
+    max_catch_up: int
+    grace: float | None  # misfire_grace
+
+
 @dataclasses.dataclass(frozen=True)
 class KeyedStats:
     """A snapshot of a KeyedScheduler's counters (since it was made).
@@ -109,12 +119,13 @@ class KeyInfo(NamedTuple):
 
 
 class KeyOwner(Protocol):
-    """What a key's record needs of the KeyedScheduler that holds it: whether it is closed (a closed one
-    shows every key DISABLED), and where a fire goes (the engine calls Key.fire at the key's next run)."""
+    """What a key's record needs of the key table that holds it: whether its KeyedScheduler is closed (a
+    closed one shows every key DISABLED), and where a fire goes (the engine calls Key.fire at the key's
+    next run)."""
 
-    _closed: bool
+    closed: bool
 
-    def _fired(self, rec: Key) -> None: ...
+    def fired(self, rec: Key) -> None: ...
 
 
 _new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
@@ -182,12 +193,12 @@ class Key(WallTimer):
 
     def fire(self) -> None:
         """Its next run came (drain() calls it): hand the run to the scheduler."""
-        self.owner._fired(self)
+        self.owner.fired(self)
 
     def info(self) -> KeyInfo:
         # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
         # store still gets when a run that goes on past close() ends)
-        closed = self.owner._closed
+        closed = self.owner.closed
         at = None if closed else self.next_run_at
         return _new_info(
             KeyInfo,

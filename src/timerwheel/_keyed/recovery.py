@@ -1,34 +1,40 @@
 """What a stored key does when a KeyedScheduler takes it up (at start, or when a shared store's claim
 brings it here): its interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up,
 misfire_grace), then its next run. Pure functions of the key's row, its unfinished fires, the wall time,
-the policy and next_run: they decide only, and the KeyedScheduler applies the plan."""
+the policy and next_run: they decide only. Then load, decide_all and apply_all: what a KeyedScheduler
+does with them, on its key table (the only functions here that change anything)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
-from .._stores import FinishedFire, StoredFire
-from .keys import CatchUp, Key, KeyState, Recover, Reschedule, advancing, iso, micro, outcome_of
+from .._stores import FinishedFire, StoredFire, StoredKey, StoreError
+from .keys import (
+    CatchUp,
+    Key,
+    KeyState,
+    Policy,
+    Recover,
+    Reschedule,
+    advancing,
+    iso,
+    micro,
+    outcome_of,
+)
+from .table import KeyTable
+
+logger = logging.getLogger("timerwheel")
 
 #: next_run at a wall time, checked: POSIX seconds, None (disabled), or the error that makes a key INVALID.
 Evaluate = Callable[[Hashable, Any, float], "float | BaseException | None"]
 
 
-class Policy(NamedTuple):
-    """A KeyedScheduler's rules for what happened while nothing ran its keys."""
-
-    recover: Recover
-    reschedule: Reschedule
-    catch_up: CatchUp
-    max_catch_up: int
-    grace: float | None  # misfire_grace
-
-
 @dataclasses.dataclass(slots=True)
 class Plan:
-    """What a stored key does at start (KeyedScheduler._decide): its fires to run at once, its state and
+    """What a stored key does at start (decide): its fires to run at once, its state and
     next run after them, the fires it missed and did not run, and the fires to mark finished."""
 
     state: KeyState
@@ -54,7 +60,7 @@ def decide(
 ) -> Plan:
     """What a stored key does at start (or when a shared store's claim brings it here): its
     interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up, misfire_grace),
-    then its timer. Decided only: nothing changes until _apply_all."""
+    then its timer. Decided only: nothing changes until apply_all."""
     plan = Plan(rec.state, rec.next_run_at, rec.last_error)
     queue = plan.queue
     base = rec.next_run_at
@@ -197,3 +203,84 @@ def _fires_in_grace(
             break
         t = after
     return fires
+
+
+# -- applying: what a KeyedScheduler does with the plans, on its key table ----------------------------
+
+
+def load(table: KeyTable) -> None:
+    """Take the stored keys into memory (not armed: start() decides), and the unfinished fires."""
+    rows, fires = table.store.load()
+    for row in rows:
+        try:
+            rec = table.record(row)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(
+                f"the {table.store.name} has a row that this timerwheel cannot read ({exc}): {row!r}"
+            ) from None
+        table.keys[row.key] = rec
+        table.loaded.add(row.key)
+    for fire in fires:
+        table.unfinished.setdefault(fire.key, []).append(fire)
+
+
+def decide_all(
+    table: KeyTable, recs: list[Key], wall_now: float
+) -> tuple[list[tuple[Key, int, Plan]], list[StoredKey], list[FinishedFire]]:
+    """Stored keys (loaded at start, or claimed from a shared store): decide what each does about its
+    interrupted fires and the fires it missed (decide), and the rows and finished fires that record
+    it (for the caller to write in one transaction). Nothing is applied yet (see apply_all)."""
+    plans = [
+        (
+            rec,
+            rec.generation,
+            decide(rec, table.unfinished.get(rec.key, ()), wall_now, table.policy, table.evaluate),
+        )
+        for rec in recs
+    ]
+    # (next_run is user code: it may have removed or replaced a key meanwhile; that one is left be)
+    plans = [p for p in plans if table.keys.get(p[0].key) is p[0] and p[0].generation == p[1]]
+    rows = [
+        rec.row(table.encode(rec.data), generation, plan.state, plan.at, plan.last_error)
+        for rec, generation, plan in plans
+        if plan.queue
+        or (plan.state, plan.at, plan.last_error) != (rec.state, rec.next_run_at, rec.last_error)
+    ]
+    finished = [f for _, _, plan in plans for f in plan.finished]
+    table.unfinished.clear()
+    return plans, rows, finished
+
+
+def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]]) -> None:
+    """Apply what decide_all decided and wrote: arm the keys, then tell on_missed."""
+    summary = [0, 0]  # keys, fires
+    for rec, generation, plan in plans:
+        if table.closed or table.keys.get(rec.key) is not rec or rec.generation != generation:
+            continue  # (a callback of an earlier key removed or replaced it)
+        table.counts["recovered"] += plan.recovered
+        table.counts["abandoned"] += len(plan.abandoned)
+        table.counts["caught_up"] += plan.caught_up
+        for message in plan.abandoned:
+            logger.warning("timerwheel: key %r: %s", rec.key, message)
+        rec.catch_up = plan.queue or None
+        table.apply(rec, plan.state, plan.at, plan.last_error, plan.error)
+        if plan.skipped:
+            count = len(plan.skipped)
+            table.counts["missed"] += count
+            summary[0] += 1
+            summary[1] += count
+    if summary[0]:
+        logger.warning(
+            "timerwheel: %d key(s) of the %s missed %d fire(s) while %s, not run "
+            "(catch_up=%s, max_catch_up=%d, misfire_grace=%r): see on_missed and stats()",
+            summary[0],
+            table.store.name,
+            summary[1],
+            "no process held them" if table.shared else "the process was down",
+            table.policy.catch_up.name,
+            table.policy.max_catch_up,
+            table.policy.grace,
+        )
+    for rec, _, plan in plans:  # (after every key is armed: a callback that changes keys is final)
+        if plan.skipped:
+            table.report_missed(rec, plan.skipped, plan.beyond)

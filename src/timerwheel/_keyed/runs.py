@@ -1,62 +1,46 @@
-"""A fire on its way to a run: what its take writes (Start), the writer thread that keeps a shared
-store's work in order (Writer), and the mark of a superseded run (STALE)."""
+"""A key's fire on its way to a run and back (Runs): handed to the scheduler when the key's timer comes
+due, begun (a durable store's take, under the lease of a shared one), run, and ended (the key's next run
+planned, the end recorded); dropped by the scheduler's backpressure, retried when the store or the clock
+fails. STALE marks a run superseded before it began; Start is what a fire's take writes."""
 
 from __future__ import annotations
 
-import queue
+import contextvars
+import inspect
+import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, NamedTuple
 
-from .._stores import StoredKey
-from .keys import Key, KeyState
+from .._engine import JobContext, log_safely
+from .._stores import FinishedFire, StoredKey
+from .._types import RunOptions
+from .journal import Journal
+from .keys import (
+    Key,
+    KeyState,
+    Reschedule,
+    advancing,
+    describe,
+    iso,
+    keep_first,
+    latest_started,
+    micro,
+    outcome_of,
+    since,
+    value_of,
+)
+from .shared import Fence, LeaseLapsed
+from .table import KeyTable
 
-STALE = object()  # what _begin() returns for a run that was superseded
+logger = logging.getLogger("timerwheel")
 
-
-class Writer:
-    """A shared store's database work, done by one thread of the KeyedScheduler in the order it was
-    decided (under the KeyedScheduler's lock, which is a ThreadedScheduler's own): nothing waits on the
-    database with that lock held or on an event loop's thread, and a key's writes (its fire's take, its
-    run's end, its release) reach the database in the order they were made. Whoever needs a result (a
-    take, an upsert) waits for its Future without the lock."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
-        self._thread = threading.Thread(target=self._work, name=f"timerwheel-{name}", daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
-        """fn(*args) on the writer's thread, after everything submitted before. O(1)."""
-        future: Future[Any] = Future()
-        self._queue.put((future, fn, args))
-        return future
-
-    def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, fn, args = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # (the writer never dies: its caller hears of it)
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-
-    def stop(self, wait: bool = True) -> None:
-        """Do what was submitted, then stop; with `wait`, wait for that (not on the writer's own thread)."""
-        self._queue.put(None)
-        if wait and threading.current_thread() is not self._thread:
-            self._thread.join()
+STALE = object()  # what a run's beginning returns for a run that was superseded
 
 
 class Start(NamedTuple):
-    """A fire about to start (KeyedScheduler._prepare_start): what its take writes, and the key's plan
-    once it is taken."""
+    """A fire about to start (Runs._prepare_start): what its take writes, and the key's plan once it is
+    taken."""
 
     rec: Key
     generation: int
@@ -70,3 +54,591 @@ class Start(NamedTuple):
     last_error: str | None
     error: BaseException | None
     row: StoredKey | None
+
+
+class Runs:
+    """The runs of a KeyedScheduler's keys. `job` is what the scheduler runs for a fire (with `options`:
+    every run gets a context, for cancellation on remove and replace and for its timeout); under an
+    AsyncScheduler a coroutine function's runs are tasks, and so are every run's with a shared store,
+    whose take is awaited (never waited for on the loop's thread)."""
+
+    def __init__(
+        self,
+        table: KeyTable,
+        journal: Journal,
+        run: Callable[..., Any],
+        *,
+        context: bool,
+        run_timeout: float | None,
+    ) -> None:
+        self.table = table
+        self.journal = journal
+        self._run = run
+        self._context = context
+        self._backoff = 0.0  # seconds: the retry of a fire whose start could not read the wall clock
+        coroutine = table.is_async and (
+            inspect.iscoroutinefunction(run)
+            or inspect.iscoroutinefunction(type(run).__call__)
+            or table.shared
+        )
+        self.job: Callable[..., Any] = self.run_async if coroutine else self.run_key
+        self.options = RunOptions(
+            context=True, timeout=run_timeout, coroutine=coroutine, on_drop=self.dropped
+        )
+        table.fired = self.fired
+
+    # -- a fire, handed over --------------------------------------------------------------------------
+
+    def fired(self, rec: Key) -> None:
+        """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
+        one-shot task of the scheduler due at once (it runs in this same drain, where the driver says).
+        The fire is the head of the key's catch-up queue if it has one, else its next run."""
+        engine = self.table.engine
+        assert engine is not None
+        calls = engine.drain_calls
+        if rec.last_call == calls:  # fired in this drain() call already (a next_run in the past):
+            engine.defer_timer(rec)  # the next pass runs it, never this one again
+            return
+        rec.last_call = calls
+        queue = rec.catch_up
+        if queue:  # (it stays at the head until its run begins: a key given away meanwhile keeps it)
+            scheduled_for, rerun = queue[0]
+        else:
+            scheduled_for, rerun = rec.wall, False
+        fire = (rec.generation, scheduled_for)
+        if rec.handed == fire:
+            return  # handed over already, its take not done yet: the take plans the key's next fire
+        rec.handed = fire
+        engine.schedule_at(
+            rec.due, self.job, args=(rec, rec.generation, scheduled_for, rerun), options=self.options
+        )
+
+    # -- the run, as the scheduler's job --------------------------------------------------------------
+
+    def run_key(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+        """A key's run, as the scheduler's job: begin, run, end. Under an AsyncScheduler, a run that
+        returns an awaitable (an async function behind a plain decorator) is awaited: what this returns
+        then is a coroutine, which the driver runs as a task, and the run ends when it does."""
+        _running.depth = getattr(_running, "depth", 0) + 1  # (a callback of _begin may close: not wait)
+        try:
+            data = self._begin(ctx, rec, generation, scheduled_for, rerun)
+        except BaseException:
+            _running.depth -= 1
+            raise
+        if data is STALE:
+            _running.depth -= 1
+            self.table.raise_held()
+            return None
+        error: BaseException | None = None
+        awaiting: Any = None
+        try:
+            result = self._run(ctx, rec.key, data) if self._context else self._run(rec.key, data)
+            if result is not None and inspect.isawaitable(result):
+                if self.table.is_async:
+                    awaiting = result
+                else:  # nothing here would ever run its body: that is a failure, not a success
+                    _discard(result)
+                    error = TypeError(
+                        f"run returned {type(result).__name__} {result!r}, which only an AsyncScheduler "
+                        "awaits: its body never ran"
+                    )
+        except BaseException as exc:
+            error = exc
+        finally:
+            _running.depth -= 1
+        if awaiting is not None:
+            return self._awaited(awaiting, ctx, rec, generation, data, scheduled_for)
+        self.end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+        self.table.raise_held()
+        if error is not None:
+            raise error
+        return None
+
+    async def _awaited(
+        self, awaitable: Any, ctx: JobContext, rec: Key, generation: int, data: Any, scheduled_for: float
+    ) -> None:
+        """The rest of a run whose `run` returned an awaitable: await it, then end the run."""
+        _in_async_run.set(True)
+        error: BaseException | None = None
+        try:
+            await awaitable
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+            self.table.raise_held()
+
+    async def run_async(
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
+    ) -> None:
+        _in_async_run.set(True)  # (this task's own context: aclose() from it does not wait for itself)
+        data = await self._abegin(ctx, rec, generation, scheduled_for, rerun)
+        if data is STALE:
+            self.table.raise_held()
+            return
+        error: BaseException | None = None
+        try:
+            result = self._run(ctx, rec.key, data) if self._context else self._run(rec.key, data)
+            if inspect.isawaitable(result):
+                await result
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.end(rec, generation, data, ctx, error, scheduled_for, ended=self._ended())
+            self.table.raise_held()
+
+    def _ended(self) -> float | None:
+        """The wall time a run ended, read as it returns: before end() waits for the lock, which another
+        thread may hold for a database round trip (AFTER_FINISH counts from the end, not from that wait).
+        None if the clock fails: end() reads it again, and says so."""
+        try:
+            return self.table.wall_now()
+        except Exception:
+            return None
+
+    # -- beginning: the take --------------------------------------------------------------------------
+
+    def _begin(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+        """A key's run starts: its data, or STALE if the key was removed, replaced or closed since it
+        fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
+        With a durable store the fire is committed as started, with the key's row, before the run. A
+        shared store's take is a database round trip: it is made without the lock (no other key waits
+        for it), by the store's writer (see Writer)."""
+        with self.table.lock:
+            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            if start is None:
+                return STALE
+            if not self.table.shared:
+                return self._take_done(ctx, start, self._take(start))
+        taken = self.journal.writer().submit(self._take, start).result()
+        with self.table.lock:
+            return self._take_done(ctx, start, taken)
+
+    async def _abegin(
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
+    ) -> Any:
+        """_begin() on an event loop: a shared store's take is awaited, never waited for on the loop."""
+        import asyncio
+
+        with self.table.lock:
+            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            if start is None:
+                return STALE
+            if not self.table.shared:
+                return self._take_done(ctx, start, self._take(start))
+        take = asyncio.wrap_future(self.journal.writer().submit(self._take, start))
+        cancelled: BaseException | None = None
+        cancels = 0
+        while True:  # a cancel (run_timeout, the scheduler closing) waits for the take all the same:
+            try:  # the store may have the fire as started, and the key's plan follows from the take
+                taken = await asyncio.shield(take)
+                break
+            except asyncio.CancelledError as exc:
+                if take.cancelled():  # (the writer stopped without making it: the key is left as it was)
+                    with self.table.lock:
+                        if rec.handed == (generation, scheduled_for):
+                            rec.handed = None
+                        self._untake(rec, None)
+                    raise
+                cancelled, cancels = exc, cancels + 1
+        with self.table.lock:
+            data = self._take_done(ctx, start, taken)
+        if cancelled is None or data is STALE:
+            if cancelled is not None:
+                raise cancelled
+            return data
+        if ctx.timed_out:  # the run's timeout passed while its take waited for the store (a backlog of
+            # takes, a slow database): the fire is taken, and the job runs all the same, told by
+            # ctx.cancelled, as a ThreadedScheduler's job is; a fire is never lost to the wait for its take
+            task = asyncio.current_task()
+            for _ in range(cancels):
+                if task is not None:
+                    task.uncancel()
+            return data
+        # taken, and cancelled by something else before the job began (the scheduler closing under this
+        # KeyedScheduler): a run that ended at once, with the cancel as its error (recorded, and the key's
+        # next fire planned from it)
+        self.end(rec, generation, data, ctx, cancelled, scheduled_for, ended=self._ended())
+        self.table.raise_held()
+        raise cancelled
+
+    def _prepare_start(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
+        """Under the lock: what the start of a fire writes (its key's row), or None if it does not start
+        (superseded, waiting for an older generation's run, or the wall clock failing: tried again). The
+        run is counted as going from here (rec.running), so that no other fire of the key starts beside
+        it while its take is made."""
+        start = self._prepare(rec, generation, scheduled_for, rerun)
+        if start is None and rec.handed == (generation, scheduled_for):
+            rec.handed = None  # (not begun: the fire may be handed over again)
+        return start
+
+    def _prepare(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
+        if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
+            return None
+        if rec.running and self.table.reschedule is not Reschedule.BEFORE_RUN:
+            # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
+            # for its end, so that a key's runs never overlap (end() arms it again).
+            keep_first(rec, scheduled_for, rerun)
+            return None
+        try:
+            wall_now = self.table.wall_now()
+        except Exception as exc:  # the fire is not lost: it is tried again after a back-off
+            self._clock_failed(rec, scheduled_for, rerun, exc)
+            return None
+        self._backoff = 0.0
+        if wall_now < scheduled_for:  # the wall clock stepped back since the fire came due: never
+            keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
+            self.table.apply(rec, rec.state, scheduled_for, rec.last_error)
+            return None
+        at: float | None
+        error: BaseException | None
+        queue = rec.catch_up
+        rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
+        if rest:  # more catch-up fires follow this one: the next is the next run
+            state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
+        elif self.table.reschedule is Reschedule.BEFORE_RUN:
+            # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
+            result = advancing(
+                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)),
+                scheduled_for,
+            )
+            state, at, last_error = outcome_of(rec, result)
+            error = result if isinstance(result, BaseException) else None
+        else:
+            state, at, last_error, error = KeyState.RUNNING, None, rec.last_error, None
+        row = None
+        if self.table.durable:
+            row = rec.row(
+                self.table.encode(rec.data),
+                generation,
+                KeyState.RUNNING if state is not KeyState.INVALID else state,
+                at,
+                last_error,
+                latest_started(rec, scheduled_for, rerun),
+            )
+        rec.running += 1
+        retake = rec.retake
+        if retake is not None and retake[0] == generation and retake[1] == scheduled_for:
+            started_at = retake[2]
+        else:
+            started_at = micro(wall_now)
+        return Start(
+            rec,
+            generation,
+            scheduled_for,
+            rerun,
+            wall_now,
+            started_at,
+            rest,
+            state,
+            at,
+            last_error,
+            error,
+            row,
+        )
+
+    def _take(self, start: Start) -> tuple[int | BaseException, float]:
+        """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
+        it was taken already (or, a shared store, the key is held elsewhere), or the store's error; and
+        the monotonic time the take was asked for (a shared store's lease on the key runs from then)."""
+        asked = self.table.monotonic()
+        if start.row is None:
+            return 1, asked
+        try:
+            self.journal.record_unrecorded()
+            attempt = self.table.store.start_fire(
+                start.row, micro(start.scheduled_for), start.started_at, start.rerun
+            )
+        except Exception as exc:
+            return exc, asked
+        return int(attempt), asked
+
+    def _take_done(self, ctx: JobContext, start: Start, take: tuple[int | BaseException, float]) -> Any:
+        """Under the lock, after the take: the run's data, or STALE if it does not run after all.
+
+        A shared store's key is held under a lease: a process that was paused (SIGSTOP, a long GC, a
+        laptop lid) since it asked for the take may have lost the key to another process meanwhile, so
+        no run starts once the lease may have lapsed, by this process's monotonic clock from the moment
+        the take was asked for. The fire is then taken again (a rerun of this process's own unfinished
+        fire), which succeeds only while the key is still held here."""
+        rec, generation, scheduled_for = start.rec, start.generation, start.scheduled_for
+        taken, asked = take
+        if rec.handed == (generation, scheduled_for):
+            rec.handed = None  # (its take is done: what follows plans the key)
+        lapsed = self.table.lease is not None and self.table.monotonic() >= asked + self.table.lease
+        if lapsed and isinstance(taken, int) and taken:
+            taken = LeaseLapsed(
+                f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
+                f"the process longer than the lease, {self.table.lease} s): taken again before it runs"
+            )
+        if isinstance(taken, BaseException):
+            rec.retake = (generation, scheduled_for, start.started_at)
+        elif rec.retake is not None and rec.retake[:2] == (generation, scheduled_for):
+            rec.retake = None
+        if isinstance(taken, BaseException) or not taken:
+            rec.running -= 1
+            current = (
+                self.table.keys.get(rec.key) is rec and rec.generation == generation and not self.table.closed
+            )
+            if isinstance(taken, BaseException):  # the store failed: the fire is not lost, tried again soon
+                if current:  # (a fire of an older generation is superseded: the key is the newer one's)
+                    delay = 0.0 if isinstance(taken, LeaseLapsed) else 1.0
+                    self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now, delay)
+            elif current:
+                # taken already (or, a shared store, the key is held elsewhere): the next one
+                rec.catch_up = start.rest or None
+                if rec.catch_up:
+                    self.table.apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+                else:
+                    after = self.table.evaluate(rec.key, rec.data, max(start.wall_now, scheduled_for))
+                    self.table.planned(rec, advancing(after, scheduled_for))
+            self.table.rearm_waiting(rec)
+            self.table.settle(rec)
+            if self.table.closed:
+                self.journal.release_store()
+            return STALE
+        if rec.generation == generation and self.table.keys.get(rec.key) is rec:
+            # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
+            # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
+            rec.catch_up = start.rest or None
+            rec.last_scheduled_for = latest_started(rec, scheduled_for, start.rerun)
+        ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
+        ctx.fence = Fence(generation, micro(scheduled_for), taken)
+        if rec.contexts is None:
+            rec.contexts = [ctx]
+        else:
+            rec.contexts.append(ctx)
+        if not self.table.closed and rec.generation == generation and self.table.keys.get(rec.key) is rec:
+            self.table.apply(rec, start.state, start.at, start.last_error, start.error)
+            if rec.state is not KeyState.INVALID:
+                self.table.set_state(rec, KeyState.RUNNING)  # while a run goes (BEFORE_RUN: armed meanwhile)
+        if rec.generation != generation or self.table.keys.get(rec.key) is not rec:
+            # A callback just now (on_state_change, on_invalid) removed or replaced the key, or (a shared
+            # store) an upsert came while the take was made: superseded before it started.
+            self.end(rec, generation, rec.data, ctx, None, scheduled_for, started=False)
+            return STALE
+        if self.table.closed:  # (by a callback just now, or while the take was made): the fire is not run,
+            self._untake(rec, ctx)  # and not lost: it stays unfinished in the store (see _untake)
+            return STALE
+        self.table.counts["started"] += 1
+        return value_of(rec.data)
+
+    def _untake(self, rec: Key, ctx: JobContext | None) -> None:
+        """A fire taken as the KeyedScheduler closed: it does not run here, and it is not recorded as
+        ended, so that it stays unfinished in a durable store, and whoever holds the key next (the next
+        life, or the process that takes the key over) runs it again, following `recover`."""
+        rec.running -= 1
+        contexts = rec.contexts
+        if contexts is not None and ctx in contexts:
+            contexts.remove(ctx)
+            if not contexts:
+                rec.contexts = None
+        self.table.rearm_waiting(rec)
+        self.table.settle(rec)
+        if self.table.closed and self.table.shared and not rec.running and self.journal.store_open():
+            self.journal.release({rec.key: rec.generation})  # (the next holder finds its fire unfinished)
+        self.journal.release_store()
+
+    # -- the end --------------------------------------------------------------------------------------
+
+    def end(
+        self,
+        rec: Key,
+        generation: int,
+        data: Any,
+        ctx: JobContext,
+        error: BaseException | None,
+        scheduled_for: float,
+        started: bool = True,
+        ended: float | None = None,
+    ) -> None:
+        """A run ended at the wall time `ended` (None: now, read under the lock)."""
+        with self.table.lock:
+            rec.running -= 1
+            contexts = rec.contexts
+            if contexts is not None:
+                if ctx in contexts:
+                    contexts.remove(ctx)
+                if not contexts:
+                    rec.contexts = None
+            if started:
+                self.table.counts["finished"] += 1
+                if error is not None:
+                    self.table.counts["failed"] += 1
+            wall_now = self._wall_or(scheduled_for) if ended is None else ended
+            mine = self.table.keys.get(rec.key) is rec and rec.generation == generation
+            current = mine and not self.table.closed
+            outcome: tuple[KeyState, float | None, str | None] | None = None
+            result: Any = None
+            # (closed during the run: a durable store still gets the row the key would have had, so that
+            # its next life catches up from there; nothing is armed)
+            if current or (mine and self.table.durable and self.journal.store_open()):
+                last_error = describe(error) if error is not None else rec.last_error
+                if rec.catch_up:
+                    outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
+                elif self.table.reschedule is Reschedule.AFTER_FINISH:
+                    result = advancing(
+                        self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True)),
+                        scheduled_for,
+                    )
+                    rec.last_error = last_error
+                    outcome = outcome_of(rec, result)
+                elif self.table.reschedule is Reschedule.NONE:
+                    outcome = (KeyState.DISABLED, None, last_error)
+                else:  # BEFORE_RUN: planned already, at its start (armed, or its fire handed over)
+                    state = rec.state
+                    if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
+                        state = KeyState.PENDING if rec.next_run_at is not None else KeyState.DISABLED
+                    outcome = (state, rec.next_run_at, last_error)
+            elif self.table.waited(rec):  # a fire of the newer generation waited for this run to end: now
+                outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
+            if self.table.durable and self.journal.store_open():
+                row = None
+                if outcome is not None:
+                    row = rec.row(self.table.encode(rec.data), generation, *outcome)
+                message = (
+                    describe(error)
+                    if error is not None
+                    else None
+                    if started
+                    else "superseded before it started"
+                )
+                fire = FinishedFire(rec.key, generation, micro(scheduled_for), micro(wall_now), message)
+                self.journal.write(self.journal.finish, row if mine else None, fire)
+            if outcome is not None and not self.table.closed:
+                self.table.apply(rec, *outcome, result if isinstance(result, BaseException) else None)
+            self.table.settle(rec)
+            if self.table.closed:
+                if self.table.shared and not rec.running and self.journal.store_open():
+                    self.journal.release({rec.key: rec.generation})  # (closed: back as soon as its run ended)
+                self.journal.release_store()
+        if started:
+            self.table.call(self.table.on_finish, rec.key, data, error)
+
+    def dropped(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> None:
+        """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
+        next run is planned afresh (the head of its catch-up queue, if it has one)."""
+        with self.table.lock:
+            if rec.handed == (generation, scheduled_for):
+                rec.handed = None
+            if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
+                return
+            if rec.id is not None:
+                return  # armed meanwhile (an upsert)
+            rec.last_error = f"Dropped: the run of {iso(scheduled_for)} was dropped (backpressure)"
+            if rerun:  # an interrupted fire to run again: it stays first in line
+                keep_first(rec, scheduled_for, rerun)
+            elif rec.catch_up and rec.catch_up[0][0] == scheduled_for:  # a dropped catch-up fire: gone
+                rec.catch_up = rec.catch_up[1:] or None
+            result: Any = None
+            if rec.catch_up:
+                outcome: tuple[KeyState, float | None, str | None] = (
+                    KeyState.PENDING,
+                    rec.catch_up[0][0],
+                    rec.last_error,
+                )
+            else:
+                result = self.table.evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
+                outcome = outcome_of(rec, result)
+            if self.table.durable:
+                row = rec.row(self.table.encode(rec.data), generation, *outcome)
+                # (a store that fails: the key is armed all the same; its row is written at its fire)
+                self.journal.write(self.journal.save, [row], [], f"the dropped run of key {rec.key!r}")
+            self.table.apply(rec, *outcome, result if isinstance(result, BaseException) else None)
+        self.table.raise_held()
+
+    # -- when the clock or the store fails ------------------------------------------------------------
+
+    def _clock_failed(self, rec: Key, scheduled_for: float, rerun: bool, error: BaseException) -> None:
+        """The wall clock failed as a key's fire was to start: logged, counted, and the fire tried again
+        after a back-off (1 ms, doubling to 1 s), as the drivers do; it runs once the clock answers."""
+        self.table.counts["clock_errors"] += 1
+        self._backoff = min(max(2 * self._backoff, 0.001), 1.0)
+        log_safely(
+            logger,
+            (KeyboardInterrupt, SystemExit),
+            logging.ERROR,
+            "timerwheel: the wall clock failed as key %r was to run (%r); retrying in %.3f s",
+            rec.key,
+            error,
+            self._backoff,
+            exc_info=error,
+        )
+        keep_first(rec, scheduled_for, rerun)
+        engine = self.table.engine
+        if engine is not None and rec.id is None:
+            try:
+                now = engine.now()
+            except Exception:
+                now = rec.due  # (the monotonic clock too: the driver backs off, and sees to it)
+            engine.add_timer(rec, now + self._backoff)
+
+    def _wall_or(self, fallback: float) -> float:
+        """The wall clock, or (it failed: logged and counted) the latest reading the engine has, but not
+        before `fallback`: a run's end is planned from there rather than lost."""
+        try:
+            return self.table.wall_now()
+        except Exception as exc:
+            self.table.counts["clock_errors"] += 1
+            log_safely(
+                logger,
+                (KeyboardInterrupt, SystemExit),
+                logging.ERROR,
+                "timerwheel: the wall clock failed as a key's run ended (%r); planned from its last reading",
+                exc,
+                exc_info=exc,
+            )
+            engine = self.table.engine
+            return max(fallback, engine.last_wall if engine is not None else fallback)
+
+    def _retry(
+        self,
+        rec: Key,
+        scheduled_for: float,
+        rerun: bool,
+        error: BaseException,
+        wall_now: float,
+        delay: float = 1.0,
+    ) -> None:
+        """A fire that the store could not take (it failed, a row lock held it, the lease may have
+        lapsed): back at the head of its key's queue, tried again in `delay` s while the others go on.
+        Logged once per key and error (DEBUG while the leases are lost), then at DEBUG until it is taken."""
+        message = describe(error)
+        level = logging.ERROR
+        if self.table.leases_lost or rec.last_error == message:
+            level = logging.DEBUG
+        elif isinstance(error, LeaseLapsed):
+            level = logging.WARNING
+        log_safely(
+            logger,
+            (KeyboardInterrupt, SystemExit),
+            level,
+            "timerwheel: the %s could not take a fire of key %r (%r); retrying in %.0f s",
+            self.table.store.name,
+            rec.key,
+            error,
+            delay,
+            exc_info=error if level == logging.ERROR else None,
+        )
+        keep_first(rec, scheduled_for, rerun)
+        rec.last_error = message
+        if self.table.engine is not None and rec.id is None:
+            self.table.engine.add_wall_timer(rec, wall_now + delay)
+
+
+_running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)
+_in_async_run: contextvars.ContextVar[bool] = contextvars.ContextVar("timerwheel_in_keyed_run", default=False)
+
+
+def in_a_run() -> bool:
+    """Whether the caller is inside a key's run (close() from a run does not wait for itself)."""
+    return bool(getattr(_running, "depth", 0)) or _in_async_run.get()
+
+
+def _discard(awaitable: Any) -> None:
+    """An awaitable that will never be awaited: a coroutine is closed (no "never awaited" warning)."""
+    close = getattr(awaitable, "close", None)
+    if inspect.iscoroutine(awaitable) and close is not None:
+        close()

@@ -747,7 +747,8 @@ class SimulatedCluster:
     def _watch_reports(self, keyed: KeyedScheduler) -> None:
         """Note, for _on_missed, whether a report's count is a lower bound (more were missed than
         max_catch_up + 1, the most that a start counts)."""
-        report = keyed._report_missed
+        table = keyed._table
+        report = table.report_missed
 
         def reported(rec: Any, skipped: list[float], beyond: bool) -> None:
             self._beyond = beyond
@@ -756,7 +757,7 @@ class SimulatedCluster:
             finally:
                 self._beyond = False
 
-        keyed._report_missed = reported  # type: ignore[method-assign]
+        table.report_missed = reported  # type: ignore[method-assign]
 
     def _returned(self, p: Process, change: dict[str, Any]) -> None:
         """A change returned: it is committed (shared: the database has it)."""

@@ -1,0 +1,400 @@
+"""The key table of a KeyedScheduler: every key's record, and the one set of rules that makes a key so:
+next_run evaluated and checked, the key's timer armed, moved or taken back, its state set and the user's
+callbacks told. The runs, the store's journal, recovery and the shared-store adapter all change keys
+through it, under its lock."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from .._clock import utc_not_after
+from .._drivers import check_caller
+from .._engine import Scheduler, log_safely
+from .._stores import KeyStore, StoredFire, StoredKey
+from .keys import (
+    MAX_POSIX,
+    MIN_POSIX,
+    Key,
+    KeyState,
+    Policy,
+    Stored,
+    from_posix,
+    iso,
+    outcome_of,
+    seconds_of,
+    value_of,
+)
+
+logger = logging.getLogger("timerwheel")
+
+
+class Change(NamedTuple):
+    """A user's change of a key for a durable store (KeyTable.change): its row, and what the key becomes
+    once the row is committed."""
+
+    rec: Key
+    encoded: str
+    state: KeyState
+    at: float | None
+    last_error: str | None
+    result: Any
+    row: StoredKey
+
+
+class KeyTable:
+    """The keys of one KeyedScheduler, and what every part of it shares: the scheduler and its engine
+    (once started), the lock, the store's kind, the policy and the user's callbacks. The owner of every
+    Key record (Key.fire calls `fired`, which the runs set)."""
+
+    def __init__(
+        self,
+        sched: Any,
+        next_run: Callable[[datetime, Any, Any], datetime | None],
+        store: KeyStore,
+        policy: Policy,
+        lock: Any,
+        *,
+        is_async: bool,
+        cancel_on_remove: bool,
+        cancel_on_replace: bool,
+        on_state_change: Callable[[Any, KeyState, KeyState], object] | None,
+        on_finish: Callable[[Any, Any, BaseException | None], object] | None,
+        on_invalid: Callable[[Any, Any, BaseException], object] | None,
+        on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None,
+    ) -> None:
+        self.sched = sched
+        self.is_async = is_async
+        self.next_run = next_run
+        self.policy = policy
+        self.reschedule = policy.reschedule
+        self.cancel_on_remove = cancel_on_remove
+        self.cancel_on_replace = cancel_on_replace
+        self.on_state_change = on_state_change
+        self.on_finish = on_finish
+        self.on_invalid = on_invalid
+        self.on_missed = on_missed
+        self.store = store
+        self.durable = bool(store.durable)
+        self.shared = bool(getattr(store, "shared", False))
+        # (a shared store may say on what clock its leases are counted: a simulated one, on its simulated
+        # process's clock; by default this machine's monotonic clock)
+        self.monotonic: Callable[[], float] = getattr(store, "monotonic", None) or time.monotonic
+        lease = getattr(store, "lease", None) if self.shared else None
+        self.lease: float | None = None if lease is None else float(lease)
+        self.leases_lost = False  # shared: the store could not renew for a whole lease (SharedKeys.lost)
+        self.keys: dict[Hashable, Key] = {}
+        # Keys removed while a run of theirs goes: the record stays here until the run ends, and an upsert
+        # of the key meanwhile takes it back (generation and running runs with it), so that AFTER_FINISH
+        # runs never overlap across a removal. `floor` is the highest generation of any record dropped: a
+        # new record starts above it, so that a key's generation never goes back (a stale end or fire of
+        # the old record cannot pass for the new one's).
+        self.gone: dict[Hashable, Key] = {}
+        self.floor = 0
+        self.loaded: set[Hashable] = set()  # keys loaded from the store and not upserted since
+        self.unfinished: dict[Hashable, list[StoredFire]] = {}  # their fires that never ended
+        # shared: when each key was taken here (a stamp), so that what the database said before that
+        # instant does not undo it (see SharedKeys)
+        self.stamps: dict[Hashable, int] = {}
+        self.stamp = 0
+        # One lock: a ThreadedScheduler's own (the engine is touched under it), else one of the
+        # KeyedScheduler's (a run on a worker thread reports under it; callbacks may call back in).
+        self.lock = lock
+        self.idle = threading.Condition(lock)  # close() waits on it for the running runs
+        self.all_done: Any = None  # aclose() waits on it (an asyncio.Event) for the running runs
+        self.wall: Callable[[], float] = sched.wall  # until start(): then the engine's wall clock
+        self.engine: Scheduler | None = None  # once started
+        self.group: Any = None  # the view of the keys given to the engine's add_calendar()
+        self.started = False
+        self.closed = False
+        self.counts = dict.fromkeys(
+            (
+                "started",
+                "finished",
+                "failed",
+                "missed",
+                "caught_up",
+                "recovered",
+                "abandoned",
+                "clock_errors",
+            ),
+            0,
+        )
+        # A BaseException (KeyboardInterrupt, SystemExit) from a user callback is held here, per thread,
+        # while the operation it interrupted completes, and raised at the operation's end (raise_held).
+        self.held = threading.local()
+        self.holding = False  # (a hint: some thread held one once; the hot path checks only this)
+        self.fired: Callable[[Key], None] = _not_yet  # a key's timer came due: set by Runs
+
+    # -- records --------------------------------------------------------------------------------------
+
+    def new_record(self, key: Hashable, data: Any) -> Key:
+        """A record for a key not held: the record of its removal if a run of it still goes (it comes
+        back with its generation and its runs: a fire of the new data waits for them, as for any upsert
+        during a run), else a new one, above every generation dropped."""
+        rec = self.gone.pop(key, None)
+        if rec is None:
+            rec = Key(self, key, data)
+            rec.generation = self.floor
+        return rec
+
+    def record(self, row: StoredKey, rec: Key | None = None) -> Key:
+        """A key's record as its row says (a new one, or `rec` filled in)."""
+        if rec is None:
+            rec = Key(self, row.key, Stored(row.data))
+        else:
+            rec.data = Stored(row.data)
+        rec.generation = row.generation
+        rec.state = KeyState(row.state)
+        rec.next_run_at = seconds_of(row.next_run_at)
+        rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
+        rec.last_error = row.last_error
+        return rec
+
+    def forget(self, key: Hashable, cancel: bool | None = None) -> None:
+        """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
+        `cancel` (default: cancel_running_on_remove)."""
+        rec = self.keys.pop(key)
+        self.loaded.discard(key)
+        rec.handed = None
+        if self.shared:
+            self.taken(key)  # (a tombstone: what the database said before now does not bring it back)
+        rec.generation += 1
+        if rec.generation > self.floor:
+            self.floor = rec.generation
+        if rec.running:  # (until its runs end: an upsert meanwhile takes the record back, see new_record)
+            self.gone[key] = rec
+        rec.catch_up = None
+        self.disarm(rec)
+        if cancel is None:
+            cancel = self.cancel_on_remove
+        if rec.running and cancel and rec.contexts:
+            for ctx in rec.contexts:
+                ctx.cancelled.set()
+
+    def taken(self, key: Hashable) -> None:
+        self.stamp += 1
+        self.stamps[key] = self.stamp
+
+    # -- computing and arming -------------------------------------------------------------------------
+
+    def wall_now(self) -> float:
+        return self.engine.wall() if self.engine is not None else self.sched.wall()
+
+    def checked(self, when: Any) -> float | BaseException | None:
+        """What next_run returned: POSIX seconds, None (disabled), or the error that makes it INVALID."""
+        if when is None:
+            return None
+        if not isinstance(when, datetime):
+            return TypeError(f"next_run must return an aware datetime or None, not {type(when).__name__}")
+        try:
+            offset = when.utcoffset()
+        except Exception as exc:
+            return exc
+        if offset is None:
+            return ValueError(f"next_run must return an aware datetime, not the naive {when!r}")
+        try:
+            at = when.timestamp()
+        except Exception as exc:  # a tzinfo that fails here only
+            return exc
+        if not MIN_POSIX <= at <= MAX_POSIX:
+            return ValueError(f"next_run returned {when!r}: out of the range of UTC datetimes")
+        return at
+
+    def encode(self, data: Any) -> str:
+        """`data` as the JSON a durable store keeps; TypeError naming data if JSON cannot encode it."""
+        if type(data) is Stored:
+            return data
+        try:
+            return json.dumps(data, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(f"data must be JSON-serializable with a durable store: {exc}") from None
+
+    def evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
+        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
+        try:
+            when = self.next_run(utc_not_after(wall_now), key, value_of(data))
+        except BaseException as exc:
+            return self.guarded(exc)
+        return self.checked(when)
+
+    def apply(
+        self,
+        rec: Key,
+        state: KeyState,
+        at: float | None,
+        last_error: str | None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Make a key so: arm (or move, or take back) its timer, set its state; tell on_invalid."""
+        rec.next_run_at = at
+        rec.last_error = last_error
+        engine = self.engine
+        if at is None:
+            self.disarm(rec)
+        elif (
+            engine is not None and not self.closed and (rec.id is None or not engine.move_wall_timer(rec, at))
+        ):
+            engine.add_wall_timer(rec, at)
+        self.set_state(rec, state)
+        if error is not None:
+            self.call(self.on_invalid, rec.key, value_of(rec.data), error)
+
+    def plan(self, rec: Key, wall_now: float) -> None:
+        """Evaluate a key's next run and arm (or move, or take back) its timer; set its state."""
+        self.planned(rec, self.evaluate(rec.key, rec.data, wall_now))
+
+    def planned(self, rec: Key, result: float | BaseException | None) -> None:
+        self.apply(rec, *outcome_of(rec, result), result if isinstance(result, BaseException) else None)
+
+    def invalid(self, rec: Key, error: BaseException) -> None:
+        self.planned(rec, error)
+
+    def disarm(self, rec: Key) -> None:
+        if rec.id is not None and self.engine is not None:
+            self.engine.cancel_timer(rec)
+
+    def set_state(self, rec: Key, state: KeyState) -> None:
+        old, rec.state = rec.state, state
+        if old is not state:
+            self.call(self.on_state_change, rec.key, old, state)
+
+    # -- a user's change, committed by a durable store ------------------------------------------------
+
+    def change(self, key: Hashable, encoded: str, wall_now: float) -> Change:
+        """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
+        in every later life), and the row to commit. next_run is user code, and may have changed the
+        key: the record is looked up after it."""
+        result = self.evaluate(key, Stored(encoded), wall_now)
+        rec = self.keys.get(key) or self.gone.get(key)
+        if rec is None:
+            rec = self.new_record(key, Stored(encoded))
+        state, at, last_error = outcome_of(rec, result)
+        row = rec.row(encoded, rec.generation + 1, state, at, last_error)
+        return Change(rec, encoded, state, at, last_error, result, row)
+
+    def changed(self, change: Change, generation: int) -> None:
+        """A change that the store committed, at `generation` (the store's: one above any generation it
+        ever held for the key, or, a shared store, above any other process's): applied."""
+        key = change.row.key
+        rec = self.keys.get(key)
+        if rec is None:  # (new; or removed, or taken over, meanwhile: the commit holds it again)
+            rec = self.keys.setdefault(key, self.gone.pop(key, change.rec))
+        elif rec.running and self.cancel_on_replace and rec.contexts:
+            for ctx in rec.contexts:
+                ctx.cancelled.set()
+        self.loaded.discard(key)
+        if self.shared:
+            self.taken(key)
+        rec.data = Stored(change.encoded)
+        rec.generation = generation
+        rec.catch_up = None  # (an older generation's catch-up is not this one's)
+        error = change.result if isinstance(change.result, BaseException) else None
+        self.apply(rec, change.state, change.at, change.last_error, error)
+
+    # -- runs ending ----------------------------------------------------------------------------------
+
+    def settle(self, rec: Key) -> None:
+        """A run of the key ended (or did not start after all): a removed key's record goes once its last
+        run has; whoever waits for the runs to end (close(), aclose()) is told."""
+        if not rec.running and self.gone.get(rec.key) is rec:
+            del self.gone[rec.key]
+        self.idle.notify_all()
+        if self.all_done is not None and not self.any_running():
+            self.all_done.set()
+
+    def waited(self, rec: Key) -> bool:
+        """Whether a fire of a newer generation waits for the key's runs to end (see Runs._prepare_start),
+        and they have: it is to be armed now."""
+        return (
+            bool(rec.catch_up)
+            and rec.id is None
+            and not rec.running
+            and not self.closed
+            and self.keys.get(rec.key) is rec
+        )
+
+    def rearm_waiting(self, rec: Key) -> None:
+        """A run of the key did not start after all: a fire that waited for it is armed now."""
+        if self.waited(rec):
+            self.apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
+
+    def any_running(self) -> bool:
+        """Whether a run of any key goes (a key removed meanwhile included). O(keys)."""
+        return bool(self.gone) or any(rec.running for rec in self.keys.values())
+
+    # -- user callbacks -------------------------------------------------------------------------------
+
+    def call(self, callback: Callable[..., object] | None, *args: Any) -> None:
+        """A user callback, guarded as a job is: an Exception is logged; a BaseException is held and
+        raised once the operation it interrupted is complete (see guarded)."""
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except BaseException as exc:
+            if isinstance(self.guarded(exc), Exception):
+                log_safely(
+                    logger,
+                    (KeyboardInterrupt, SystemExit),
+                    logging.ERROR,
+                    "timerwheel: a KeyedScheduler callback raised; ignored",
+                    exc_info=exc,
+                )
+
+    def guarded(self, exc: BaseException) -> BaseException:
+        """What a user callback raised. A BaseException that is not an Exception (KeyboardInterrupt,
+        SystemExit) must not leave a key half-changed (RUNNING for ever, unarmed): it is held, the
+        operation goes on to its end, and the operation's entry point raises it then (raise_held), where
+        a job's would go: to the caller of upsert(), out of run_pending() or the asyncio loop, into the
+        logs of a scheduler thread. Returns exc."""
+        if not isinstance(exc, Exception) and getattr(self.held, "error", None) is None:
+            self.held.error = exc
+            self.holding = True
+        return exc
+
+    def raise_held(self) -> None:
+        """Raise the BaseException a callback raised during this thread's operation, if one did."""
+        error = getattr(self.held, "error", None)
+        if error is not None:
+            self.held.error = None
+            raise error
+
+    def report_missed(self, rec: Key, skipped: list[float], beyond: bool) -> None:
+        count = len(skipped)
+        logger.debug(
+            "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",
+            rec.key,
+            "at least " if beyond else "",
+            count,
+            "no process held it" if self.shared else "the process was down",
+            iso(skipped[0]),
+            iso(skipped[-1]),
+        )
+        self.call(
+            self.on_missed,
+            rec.key,
+            value_of(rec.data),
+            count,
+            from_posix(skipped[0], UTC),
+            from_posix(skipped[-1], UTC),
+        )
+
+    # -- checks ---------------------------------------------------------------------------------------
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("the KeyedScheduler is closed")
+
+    def check_caller(self) -> None:
+        if self.is_async:
+            check_caller(self.sched)  # an AsyncScheduler is touched on its loop's thread only
+
+
+def _not_yet(rec: Key) -> None:
+    raise AssertionError("a key fired before its KeyedScheduler's runs were set up")
