@@ -46,7 +46,7 @@ def build(n: int) -> tuple[Any, list[str], list[datetime]]:
 
 def next_run_alone(keyed: Any, keys: list[str], n: int, r: int) -> float:
     """The same OPS calls of next_run as the known-key upserts make (its own cache misses included)."""
-    next_run = keyed._next_run
+    next_run = keyed._table.next_run
     t = time.perf_counter()
     for i in range(OPS):
         next_run(datetime.fromtimestamp(time.time(), UTC), keys[(i * 7919 + r) % n], (i + r) % n)

@@ -73,7 +73,8 @@ def every(period: float) -> Any:
 def count_rounds(store: PostgresStore) -> list[int]:
     """A list whose one item counts the keeper rounds of `store` that ended (from now on)."""
     rounds = [0]
-    keeper_pass = store._pass
+    keeper = store._keeper
+    keeper_pass = keeper.one_round
 
     def counted_pass(*args: Any, **kwargs: Any) -> None:
         try:
@@ -81,7 +82,7 @@ def count_rounds(store: PostgresStore) -> list[int]:
         finally:
             rounds[0] += 1
 
-    store._pass = counted_pass  # type: ignore[method-assign]
+    keeper.one_round = counted_pass  # type: ignore[method-assign]
     return rounds
 
 
@@ -1143,7 +1144,7 @@ def test_a_claim_read_before_an_upsert_does_not_undo_it(dsn: str) -> None:
     keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
     keyed.start()
     try:
-        holder = store._holder  # (what the store's keeper calls: the KeyedScheduler's SharedHolder)
+        holder = store._keeper.holder  # (what the store's keeper calls: the KeyedScheduler's SharedHolder)
         assert holder is not None
         stamp = holder.stamp()  # a keeper round reads the key's row, generation 1 ...
         keyed.upsert("k", "new")  # ... the user's change commits generation 2 ...
@@ -1211,14 +1212,14 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
 
         keyed._shared_keys.flush = flush_then_wait  # type: ignore[method-assign]
     else:
-        readable = store._readable  # (called inside the claim's transaction, on the rows it claimed)
+        readable = store._keeper.readable  # (called inside the claim's transaction, on the rows it claimed)
 
         def wait_then_read(rows: Any, read: Any, table: str) -> Any:
             if getattr(read, "__name__", "") == "key_row" and rows:
                 hold_open()
             return readable(rows, read, table)
 
-        store._readable = wait_then_read  # type: ignore[method-assign]
+        store._keeper.readable = wait_then_read  # type: ignore[method-assign]
     adopt = keyed._shared_keys.adopt
 
     def adopt_and_note(rows: Any, fires: Any, stamp: int) -> None:
@@ -1234,7 +1235,7 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
         assert started.wait(10)
         keyed.close()  # the run goes on
         keyed._journal.writer().submit(lambda: None).result(10)  # (close()'s give-back is written by then)
-        assert store._detached
+        assert store._keeper.detached
         go_on.set()  # the keeper's round goes on
         wait_for(lambda: rounds[0] >= 1, 10.0, "the keeper's round ends")
         applied = threading.Event()

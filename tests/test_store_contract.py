@@ -187,10 +187,10 @@ class Postgres(Shared):
     def claim(self, store: Any, holder: Holder) -> None:
         import time
 
-        store._holder = holder
-        conn = store._connect()  # (the keeper's connection of its own)
+        store._keeper.holder = holder
+        conn = store._db.connect()  # (the keeper's connection of its own)
         try:
-            store._pass(conn, time.monotonic())
+            store._keeper.one_round(conn, time.monotonic())
         finally:
             conn.close()
 

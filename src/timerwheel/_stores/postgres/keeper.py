@@ -1,0 +1,241 @@
+"""The PostgreSQL store's two threads: the keeper, which renews this process's leases every lease/3
+seconds, reconciles what it holds with what the database says, and gives back or claims keys up to a fair
+share (keys / live processes); and the listener, which hears of the other processes' changes (LISTEN) and
+tells the KeyedScheduler of those that touch its keys. Both call the KeyedScheduler as a SharedHolder."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..protocols import SharedHolder
+from ..rows import StoredFire, decode_key, encode_key, fire_row, key_row
+from .database import Database
+from .schema import CHANNEL, COLUMNS, held_row
+
+logger = logging.getLogger("timerwheel")
+
+
+class Keeper:
+    """A PostgreSQL store's keeper and listener threads, for one process (`owner_id`)."""
+
+    def __init__(self, db: Database, owner_id: str, lease: float) -> None:
+        self.db = db
+        self.owner_id = owner_id
+        self.lease = lease
+        self.holder: SharedHolder | None = None  # the KeyedScheduler, once attached (its start())
+        self.detached = False  # its KeyedScheduler closed: renew what runs, claim nothing
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
+        self._lost_said = False
+        self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
+
+    def stop(self) -> None:
+        """Stop the threads, and wait for them (but for the calling thread, if it is one of them)."""
+        self._stop.set()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
+
+    def attach(self, holder: SharedHolder) -> None:
+        """Start sharing: the keeper thread claims and renews keys for `holder`, the listener thread tells
+        it of the others' changes."""
+        self.holder = holder
+        self._valid_until = time.monotonic() + self.lease  # (what its upserts hold, until a renewal)
+        for target, name in ((self.keep, "keeper"), (self.listen, "listener")):
+            thread = threading.Thread(target=target, name=f"timerwheel-postgres-{name}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def keep(self) -> None:
+        conn: Any = None
+        failures = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = self.db.connect()
+                # (the first round after a failure renews and claims nothing: after an outage of the
+                # database every process takes its own keys back before any takes another's)
+                self.one_round(conn, started, claim=failures == 0)
+                failures = 0
+                self._lost_said = False
+            except Exception as exc:
+                failures += 1
+                if conn is not None and (conn.closed or conn.broken):
+                    conn = None
+                if failures == 1:
+                    logger.error(
+                        "timerwheel: the %s cannot renew its leases (%r); retrying", self.db.name, exc
+                    )
+                if time.monotonic() >= self._valid_until and not self._lost_said and self.holder is not None:
+                    self._lost_said = True
+                    logger.error(
+                        "timerwheel: the %s lost its leases (the database was unreachable for %.1f s, the "
+                        "lease): other processes may take its keys over; none fires here until it reaches "
+                        "the database again, and then it keeps those that nobody took",
+                        self.db.name,
+                        self.lease,
+                    )
+                    self.holder.lost()
+            period = min(0.1, self.lease / 3) if failures else self.lease / 3  # (back soon after an outage)
+            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+        if conn is not None:
+            conn.close()
+
+    def one_round(self, conn: Any, started: float, claim: bool = True) -> None:
+        """One round of the keeper: heartbeat, renew, reconcile, then give back or claim up to a share."""
+        holder = self.holder
+        if holder is None:
+            return
+        self.db.measure_offset(conn)
+        if self.detached:  # (closing: only the leases of the runs still going, until close())
+            conn.execute(
+                "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE owner = %s",
+                (self.lease, self.owner_id),
+            )
+            return
+        # (the stamp before the count: a key this process stores after it may be missing from the count,
+        # and the shed leaves it alone)
+        stamp = holder.stamp()
+        live, total = conn.execute(
+            "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+            "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
+            "d AS (DELETE FROM timerwheel_owners WHERE lease_until < clock_timestamp() - interval '1 day') "
+            "SELECT (SELECT count(*) FROM timerwheel_owners WHERE lease_until > clock_timestamp() "
+            "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys)",
+            (self.owner_id, self.lease, self.owner_id),
+        ).fetchone()
+        # Renewed without waiting for a row another session holds locked (an operator's open transaction):
+        # that key is renewed at a later round; what is held is read, not locked (a plain read waits for
+        # no lock), so that a locked row is not taken for a key lost.
+        held = conn.execute(
+            "WITH r AS (UPDATE timerwheel_keys "
+            "SET lease_until = clock_timestamp() + make_interval(secs => %s) WHERE key IN "
+            "(SELECT key FROM timerwheel_keys WHERE owner = %s FOR UPDATE SKIP LOCKED) AND owner = %s) "
+            "SELECT key, generation FROM timerwheel_keys WHERE owner = %s",
+            (self.lease, self.owner_id, self.owner_id, self.owner_id),
+        ).fetchall()
+        self._valid_until = started + self.lease
+        holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
+        share = -(-total // live)
+        if len(held) > share:
+            holder.shed(len(held) - share, stamp)
+        elif len(held) < share and claim:
+            holder.flush()  # (ends of runs not recorded yet: recorded before any claim)
+            stamp = holder.stamp()
+            with conn.transaction():
+                if self.detached:  # (its KeyedScheduler closed during this round: claim nothing)
+                    return
+                rows = conn.execute(
+                    f"UPDATE timerwheel_keys SET owner = %s, lease_until = clock_timestamp() + "
+                    f"make_interval(secs => %s) WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner IS "
+                    f"NULL OR lease_until IS NULL OR lease_until < clock_timestamp() ORDER BY next_run_at "
+                    f"NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}",
+                    (self.owner_id, self.lease, min(share - len(held), 10_000)),
+                ).fetchall()
+                # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
+                # another program) is given back at once, exactly as it is, and the others go on.
+                keys, unreadable = self.readable(rows, key_row, "timerwheel_keys")
+                fires: list[StoredFire] = []
+                if keys:
+                    fires, bad = self.readable(
+                        conn.execute(
+                            "SELECT key, generation, scheduled_for, attempts FROM timerwheel_fires "
+                            "WHERE finished_at IS NULL AND key = ANY(%s) ORDER BY key, scheduled_for",
+                            ([encode_key(row.key) for row in keys],),
+                        ).fetchall(),
+                        fire_row,
+                        "timerwheel_fires",
+                    )
+                    if bad:  # (a key with a fire it cannot read is left as it is, with its fires)
+                        keys = [row for row in keys if encode_key(row.key) not in bad]
+                        fires = [fire for fire in fires if encode_key(fire.key) not in bad]
+                        unreadable |= bad
+                if unreadable:
+                    conn.execute(
+                        "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
+                        "WHERE key = ANY(%s) AND owner = %s",
+                        (sorted(unreadable), self.owner_id),
+                    )
+            if keys:
+                holder.adopt(keys, fires, stamp)
+
+    def readable(
+        self, rows: list[tuple[Any, ...]], read: Callable[..., Any], table: str
+    ) -> tuple[list[Any], set[str]]:
+        """Rows checked as they are read (key_row, fire_row): those it can read, and the stored keys of
+        those it cannot, each logged once (a StoreError's message naming the database and the row)."""
+        good, bad = [], set()
+        for row in rows:
+            try:
+                good.append(read(*row))
+            except ValueError as exc:
+                bad.add(row[0])
+                if (table, row[0]) not in self._unreadable:
+                    self._unreadable.add((table, row[0]))
+                    logger.error(
+                        "timerwheel: the %s has a row that this timerwheel cannot read: the row of key %r "
+                        "in %s: %s; the key is left as it is, and the others go on",
+                        self.db.name,
+                        row[0],
+                        table,
+                        exc,
+                    )
+        return good, bad
+
+    def listen(self) -> None:
+        conn: Any = None
+        while not self._stop.is_set():
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = self.db.connect()
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    if self.holder is not None:  # what was said while we were not listening
+                        self.heard(conn, None)
+                # (taken first, then handled: the connection cannot run a query while it yields them)
+                for note in list(conn.notifies(timeout=0.25, stop_after=1)):
+                    self.heard(conn, note.payload)
+            except Exception as exc:
+                if conn is not None and (conn.closed or conn.broken):
+                    conn = None
+                logger.debug("timerwheel: the %s listener: %r; reconnecting", self.db.name, exc)
+                self._stop.wait(0.25)
+        if conn is not None:
+            conn.close()
+
+    def heard(self, conn: Any, payload: str | None) -> None:
+        """Another process changed keys: tell the holder what the database says of those it holds."""
+        holder = self.holder
+        if holder is None or self.detached:
+            return
+        if payload is not None:
+            try:
+                note = json.loads(payload)
+            except ValueError:
+                return
+            if note.get("o") == self.owner_id:
+                return
+        stamp = holder.stamp()
+        if payload is None or note.get("all"):
+            rows = conn.execute(
+                "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+            ).fetchall()
+            holder.reconcile({decode_key(k): g for k, g in rows}, stamp)
+            return
+        keys = [k for k in note.get("k", ()) if isinstance(k, str)]
+        rows = conn.execute(
+            "SELECT key, generation, owner FROM timerwheel_keys WHERE key = ANY(%s)", (keys,)
+        ).fetchall()
+        found = {k: (g, o) for k, g, o in rows}
+        changes = {}
+        for k in keys:
+            g, o = found.get(k, (None, None))
+            changes[decode_key(k)] = g if o == self.owner_id else None
+        holder.changed(changes, stamp, {decode_key(k) for k in keys if k not in found})

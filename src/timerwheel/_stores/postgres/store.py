@@ -1,0 +1,384 @@
+"""PostgresStore: what a KeyedScheduler calls (the KeyStore protocol), each call one statement or one
+transaction on the database (see database.py), fenced by the key's owner and generation."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+from ..._validate import seconds as _seconds
+from ..protocols import SharedHolder
+from ..rows import FinishedFire, StoredFire, StoredKey, StoreError, encode_key
+from .database import Database, redacted
+from .keeper import Keeper
+from .schema import (
+    ABOVE_FLOOR,
+    CHANNEL,
+    IN_ORDER,
+    MAX_LEASE,
+    RAISE_FLOOR,
+    REPLACE_ID,
+    ROW_WAIT,
+    key_text,
+    migrate,
+)
+
+logger = logging.getLogger("timerwheel")
+
+
+class PostgresStore:
+    """Keys shared by every KeyedScheduler on the same PostgreSQL database (psycopg 3; install the
+    extra `timerwheel[postgres]`): each (key, generation, scheduled_for) fire runs once across all of
+    them, and the keys spread over the processes. See docs/shared.md for the guarantees and the schema.
+
+    Each process makes its own store (one per KeyedScheduler) with the same dsn, and gives its
+    scheduler the store's clock, so that due times are read from the database's clock:
+    `ThreadedScheduler(wall_clock=store.wall)`.
+
+    No statement waits on the database with the scheduler's lock held, or on an event loop's thread:
+    the KeyedScheduler's writes go through a thread of its own, and a fire's take never waits for a
+    key's row that another session holds locked (an operator's open transaction, a migration): that
+    key is tried again every second, while the others go on. Every statement of the store's
+    connections has a lock timeout and a statement timeout.
+
+    Args:
+        dsn: a libpq connection string or URI.
+        lease: seconds a process holds the keys it claimed without renewing them (renewed every
+            lease/3 s by a thread of the store); a process that dies has its keys taken over within
+            lease + lease/3 seconds.
+        lock_timeout: seconds a statement may wait for a lock (PostgreSQL's lock_timeout).
+        statement_timeout: seconds a statement may take (PostgreSQL's statement_timeout).
+
+    Raises:
+        TypeError: dsn is not a str; lease, lock_timeout or statement_timeout is not a number.
+        ValueError: lease is not between 0.3 s and a year; a timeout is not > 0 (and at most a day).
+        StoreError: the database cannot be reached, or holds a timerwheel schema of a newer version.
+        ImportError: psycopg is not installed.
+    """
+
+    durable = True
+    shared = True
+
+    def __init__(
+        self, dsn: str, *, lease: float = 30.0, lock_timeout: float = 1.0, statement_timeout: float = 30.0
+    ) -> None:
+        if not isinstance(dsn, str):
+            raise TypeError(f"dsn must be a str, not {type(dsn).__name__}")
+        lease = _seconds(lease, "lease")
+        if not 0.3 <= lease <= MAX_LEASE:
+            raise ValueError(f"lease must be between 0.3 and {MAX_LEASE:.0f} seconds, got {lease!r}")
+        self.lock_timeout = _seconds(lock_timeout, "lock_timeout")
+        self._row_wait = min(self.lock_timeout, ROW_WAIT)  # what a fire's take waits for its key's row
+        self.statement_timeout = _seconds(statement_timeout, "statement_timeout")
+        for name, value in (
+            ("lock_timeout", self.lock_timeout),
+            ("statement_timeout", self.statement_timeout),
+        ):
+            if not 0 < value <= 86400:
+                raise ValueError(f"{name} must be > 0 seconds (and at most a day), got {value!r}")
+        self.dsn = dsn
+        self.lease = lease
+        self.name = f"PostgreSQL store {redacted(dsn)!r}"
+        token = uuid.uuid4().hex[:12]
+        self.owner_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
+        self._db = Database(
+            dsn, self.name, f"timerwheel {os.getpid()} {token}", self.lock_timeout, self.statement_timeout
+        )
+        self._keeper = Keeper(self._db, self.owner_id, lease)
+        self._pid = os.getpid()
+        db = self._db
+        try:
+            with db.main.lock:
+                migrate(db.main.get(), self.name)
+                db.measure_offset(db.main.get())
+        except StoreError:
+            db.main.drop()
+            raise
+        except db.psycopg.Error as exc:
+            db.main.drop()
+            raise StoreError(f"cannot use the {self.name}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redacted(self.dsn)!r}, lease={self.lease!r})"
+
+    def wall(self) -> float:
+        """The database's clock, as POSIX seconds (this machine's clock plus the offset measured at every
+        lease renewal): give it to the scheduler as its wall_clock."""
+        return self._db.wall()
+
+    # -- what a KeyedScheduler calls (KeyStore) -------------------------------------------------------
+
+    def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
+        """Nothing up front: a shared store's keys are claimed after start() (see attach)."""
+        return [], []
+
+    def put(self, row: StoredKey) -> int:
+        """A user's change of a key (upsert): stored as a new generation (one above any stored), held by
+        this process from now on; the others are notified. Returns the generation stored."""
+        k = key_text(row.key)
+        payload = json.dumps({"o": self.owner_id, "k": [k]})
+
+        def work(conn: Any) -> int:
+            return int(
+                conn.execute(
+                    "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error, owner, lease_until) VALUES "
+                    f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s, clock_timestamp() + "
+                    "make_interval(secs => %s)) ON CONFLICT (key) DO UPDATE SET "
+                    "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
+                    "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
+                    "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
+                    (k, *row[1:], self.owner_id, self.lease, CHANNEL, payload),
+                ).fetchone()[0]
+            )
+
+        return int(self._db.do(work, f"store key {row.key!r}", self._db.changes))
+
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+        """replace_all(): every row stored as a new generation and held by this process, and every other
+        key deleted (`removed` is not needed: the database knows them), in one transaction; the others
+        are notified. Returns the generations stored, in the order of rows."""
+        order = [key_text(r.key) for r in rows]
+        rows = sorted(
+            rows, key=lambda r: key_text(r.key)
+        )  # (rows locked in one order: no deadlock between two)
+        keys = [key_text(r.key) for r in rows]
+        columns = list(zip(*(r[1:] for r in rows), strict=True)) if rows else [[]] * 6
+        payload = json.dumps({"o": self.owner_id, "all": True})
+
+        def work(conn: Any) -> dict[str, int]:
+            with conn.transaction():
+                # Locks taken in the order every other statement takes them, so that none waits in a
+                # cycle: replace_all() calls of several processes one after the other (each sees every
+                # key the one before stored); then every key's row, in key order; then the fires; the
+                # generation floor last, when nothing more is waited for.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (REPLACE_ID,))
+                conn.execute("SELECT 1 FROM timerwheel_keys ORDER BY key FOR UPDATE").fetchall()
+                conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
+                deleted = conn.execute(
+                    "WITH d AS (DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s)) RETURNING generation) "
+                    "SELECT max(generation) FROM d",
+                    (keys,),
+                ).fetchone()[0]
+                result = conn.execute(
+                    "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error, owner, lease_until) SELECT u.key, u.data, "
+                    f"{ABOVE_FLOOR.replace('%s', 'u.generation')}, u.state, u.next_run_at, "
+                    "u.last_scheduled_for, u.last_error, %s, clock_timestamp() + "
+                    "make_interval(secs => %s) FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], "
+                    "%s::bigint[], %s::bigint[], %s::text[]) AS u(key, data, generation, state, next_run_at, "
+                    "last_scheduled_for, last_error) ON CONFLICT (key) DO UPDATE SET "
+                    "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
+                    "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
+                    "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "RETURNING key, generation",
+                    (self.owner_id, self.lease, keys, *[list(c) for c in columns]),
+                ).fetchall()
+                if deleted is not None:
+                    conn.execute("WITH d(generation) AS (VALUES (%s::bigint)) " + RAISE_FLOOR, (deleted,))
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            return dict(result)
+
+        generations = self._db.do(work, f"replace the keys with {len(rows)} key(s)", self._db.changes)
+        return [int(generations[k]) for k in order]
+
+    def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
+        """Write the state of keys this process holds, at their generation (fenced: a key another process
+        took over, or a newer generation, is left as it is), and mark fires finished, in one
+        transaction."""
+        fires = [(f.finished_at, f.error, encode_key(f.key), f.generation, f.scheduled_for) for f in finished]
+        if not rows and not fires:
+            return
+        rows = sorted(rows, key=lambda r: key_text(r.key))
+        keys = [key_text(r.key) for r in rows]
+        columns = [list(c) for c in zip(*(r[2:] for r in rows), strict=True)] if rows else [[]] * 5
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                # (keys' rows first, in key order, then fires, as every statement that locks both)
+                if keys:
+                    conn.execute(
+                        "UPDATE timerwheel_keys AS t SET state = u.state, next_run_at = u.next_run_at, "
+                        "last_scheduled_for = u.last_scheduled_for, last_error = u.last_error "
+                        "FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], "
+                        "%s::text[]) AS u(key, generation, state, next_run_at, last_scheduled_for, "
+                        "last_error) WHERE t.key = u.key AND t.generation = u.generation AND t.owner = %s "
+                        f"AND t.key IN ({IN_ORDER})",
+                        (keys, *columns, self.owner_id, keys),
+                    )
+                if fires:
+                    conn.cursor().executemany(
+                        "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+                        "WHERE key = %s AND generation = %s AND scheduled_for = %s",
+                        fires,
+                    )
+
+        self._db.do(work, f"write the state of {len(rows)} key(s)")
+
+    def delete(self, key: Hashable) -> bool:
+        """Delete a key and its fires, wherever it is held (the others are notified). True if it existed.
+        A key this store cannot hold is refused as put() refuses it (TypeError or ValueError naming key)."""
+        k = key_text(key)
+        payload = json.dumps({"o": self.owner_id, "k": [k]})
+
+        def work(conn: Any) -> bool:
+            with conn.transaction():
+                # (the key's row first, then its fires, as every statement that locks both does: no
+                # deadlock with a replace_all() or a take)
+                conn.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", (k,)).fetchall()
+                conn.execute("DELETE FROM timerwheel_fires WHERE key = %s", (k,))
+                gone = conn.execute(
+                    f"WITH d AS (DELETE FROM timerwheel_keys WHERE key = %s RETURNING generation) "
+                    f"{RAISE_FLOOR} RETURNING 1",
+                    (k,),
+                ).rowcount
+                if gone:
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+            return bool(gone)
+
+        return bool(self._db.do(work, f"delete key {key!r}", self._db.changes))
+
+    def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
+        """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
+        this process holds the key at that generation: the fire's attempt (1, more for a rerun); 0
+        (nothing written) otherwise, or if the fire was taken already. StoreError, at once, if another
+        session holds the key's row locked."""
+        k = key_text(row.key)
+        return int(
+            self._db.do(
+                lambda conn: conn.execute(
+                    "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    (
+                        k,
+                        row.generation,
+                        scheduled_for,
+                        started_at,
+                        self.owner_id,
+                        rerun,
+                        self.lease,
+                        row.state,
+                        row.next_run_at,
+                        row.last_error,
+                        self._row_wait,
+                    ),
+                ).fetchone()[0],
+                f"take a fire of key {row.key!r}",
+            )
+        )
+
+    def finish_fire(
+        self,
+        row: StoredKey | None,
+        key: Hashable,
+        generation: int,
+        scheduled_for: int,
+        finished_at: int,
+        error: str | None,
+    ) -> None:
+        """Mark the fire finished; write the key's row (unless None) if this process still holds it at
+        that generation and no other session holds the row locked just now (SKIP LOCKED: never waited
+        for; the row is left as it is, and the fire log says the run ended, which is what a later owner's
+        start reads; the key's next take writes the row anyway)."""
+        k = key_text(key)
+        fire = (
+            "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
+            "WHERE key = %s AND generation = %s AND scheduled_for = %s"
+        )
+        args: tuple[Any, ...] = (finished_at, error, k, generation, scheduled_for)
+        if row is None:
+            statement = fire
+        else:
+            statement = (
+                f"WITH f AS ({fire}), h AS (SELECT key FROM timerwheel_keys WHERE key = %s "
+                "AND generation = %s AND owner = %s FOR UPDATE SKIP LOCKED) UPDATE timerwheel_keys AS t "
+                "SET state = %s, next_run_at = %s, last_scheduled_for = %s, last_error = %s "
+                "FROM h WHERE t.key = h.key"
+            )
+            args += (k, generation, self.owner_id, row.state, row.next_run_at, row.last_scheduled_for)
+            args += (row.last_error,)
+        self._db.do(lambda conn: conn.execute(statement, args), f"record the end of a run of key {key!r}")
+
+    def release(self, keys: Mapping[Hashable, int]) -> None:
+        """Give keys back (held by this process no more), each at the generation given (a key that a
+        change of this process stored again meanwhile, at a newer generation, stays held): any process
+        may claim them at once."""
+        pairs = sorted((key_text(k), g) for k, g in keys.items())
+        if not pairs:
+            return
+        self._db.do(
+            lambda conn: conn.execute(
+                "UPDATE timerwheel_keys AS t SET owner = NULL, lease_until = NULL "
+                "FROM unnest(%s::text[], %s::bigint[]) AS u(key, generation) WHERE t.owner = %s "
+                f"AND t.key = u.key AND t.generation = u.generation AND t.key IN ({IN_ORDER})",
+                ([k for k, _ in pairs], [g for _, g in pairs], self.owner_id, [k for k, _ in pairs]),
+            ),
+            f"give {len(pairs)} key(s) back",
+        )
+
+    def detach(self, running: list[Hashable]) -> None:
+        """The KeyedScheduler closes: claim nothing more, give back every key held but those whose runs
+        are still going (their leases are renewed until close())."""
+        self._keeper.detached = True
+        keep = [key_text(k) for k in running]
+        try:
+            self._db.do(
+                lambda conn: conn.execute(
+                    "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN (SELECT key "
+                    "FROM timerwheel_keys WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
+                    (self.owner_id, keep),
+                ),
+                "give its keys back",
+            )
+        except Exception as exc:  # unreachable: the leases lapse by themselves
+            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
+
+    def close(self) -> None:
+        """Stop the store's threads, give back every key this process holds (the others take them over at
+        their next claim, without waiting for the lease), and close the connections. Idempotent. In a
+        child that inherited the store through fork, it does nothing (the parent's store goes on)."""
+        if self._db.closed or self._pid != os.getpid():
+            return
+        self._keeper.stop()
+        try:
+            self._db.do(
+                lambda conn: conn.execute(
+                    "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN "
+                    "(SELECT key FROM timerwheel_keys WHERE owner = %s ORDER BY key FOR UPDATE) "
+                    "AND owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
+                    (self.owner_id, self.owner_id, self.owner_id),
+                ),
+                "give its keys back",
+            )
+        except Exception as exc:  # unreachable: the leases lapse by themselves
+            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
+        for connection in (self._db.main, self._db.changes):
+            with connection.lock:
+                self._db.closed = True
+                connection.drop()
+        self._keeper.holder = None
+
+    def attach(self, holder: SharedHolder) -> None:
+        """Start sharing (KeyedScheduler.start() calls it): the keeper thread claims and renews keys for
+        `holder`, the listener thread tells it of the others' changes."""
+        self._keeper.attach(holder)
+
+    # -- for tests and operators ----------------------------------------------------------------------
+
+    def held(self) -> int:
+        """How many keys the database says this process holds."""
+        return int(
+            self._db.do(
+                lambda conn: conn.execute(
+                    "SELECT count(*) FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                ).fetchone()[0],
+                "count the keys it holds",
+            )
+        )
