@@ -1,6 +1,7 @@
 """Instructions per operation of the engine's and the drivers' hot paths, counted by callgrind: repeatable
 on a noisy machine, where times are not. Each workload runs its operation N times in a loop with 1,000
-timers pending (scheduler-expire: N one-shot tasks scheduled, then run); the script runs it under
+timers pending (scheduler-expire: N one-shot tasks scheduled, then run; keyed-*: 1,000 keys, on a
+ManualClock); the script runs it under
 `valgrind --tool=callgrind` at N = 10,000 and 20,000 and prints the difference per operation (so set-up
 and interpreter start-up cancel out; the loop itself is counted).
 
@@ -19,6 +20,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 
 def noop() -> None:
@@ -130,6 +132,45 @@ def _async_reset(s: object, n: int) -> None:
         handles[i % 1000].reset(3000.0)
 
 
+def _keyed(every: float) -> tuple[Any, Any, Any]:
+    """A started KeyedScheduler with 1,000 keys, each due `every` seconds, on a ManualClock (which stands
+    still unless moved: on the real clock a step of the wall clock seen between two reads under
+    valgrind refiles every key's timer, and the count would depend on the machine's load)."""
+    from datetime import timedelta
+
+    from timerwheel import KeyedScheduler, Scheduler
+    from timerwheel.testing import ManualClock
+
+    clock = ManualClock()
+    s = Scheduler(clock)
+    k = KeyedScheduler(s, lambda now, key, data: now + timedelta(seconds=every), lambda key, data: None)
+    k.start()
+    for i in range(1000):
+        k.upsert(i, 0)
+    return clock, s, k
+
+
+def keyed_upsert(n: int) -> None:
+    """Upserts of a known key (new data each time): its timer moved."""
+    upsert = _keyed(3600.0)[2].upsert
+    for j in range(n):
+        upsert(j % 1000, j + 1)
+
+
+def keyed_get(n: int) -> None:
+    get = _keyed(3600.0)[2].get
+    for j in range(n):
+        get(j % 1000)
+
+
+def keyed_fire(n: int) -> None:
+    """Fires of keys due every second: each handed over, run and ended, its next run planned."""
+    clock, s, _ = _keyed(1.0)
+    for _ in range(n // 1000):
+        clock.advance(1)
+        s.run_pending()
+
+
 WORKLOADS: dict[str, Callable[[int], None]] = {
     "scheduler": scheduler_schedule_cancel,
     "scheduler-reschedule": scheduler_reschedule,
@@ -140,6 +181,9 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
     "async-jobs-reschedule": lambda n: _on_loop(_async_reschedule, n),
     "async-call-later": lambda n: _on_loop(_async_call_later, n),
     "async-handle-reset": lambda n: _on_loop(_async_reset, n),
+    "keyed-upsert": keyed_upsert,
+    "keyed-get": keyed_get,
+    "keyed-fire": keyed_fire,
 }
 
 

@@ -44,8 +44,8 @@ ALLOWED_PRIVATE = {
     ("_engine.scheduler", "_cancel_id"),
     ("_engine.scheduler", "_move_id"),
     ("_drivers.threaded", "_is_owned"),
+    ("testing._oracle", "_table"),
     ("testing.simulate", "_ready"),
-    ("testing.simulate", "_table"),
     ("testing.simulate", "_scheduled"),
     ("testing.simulate", "_virtual"),
 }

@@ -198,7 +198,7 @@ def test_a_run_before_its_time_is_caught() -> None:
         run = cluster.runs[-1]
         run.wall = run.scheduled_for / 1e6 - 0.5  # (as a run that started half a second early)
         cluster.runs.remove(run)
-        cluster._started(cluster.processes[0], run)
+        cluster._oracle.started(cluster.processes[0], run)
         assert [v.invariant for v in cluster.violations] == ["no-early-run"]
 
 

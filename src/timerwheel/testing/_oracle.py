@@ -1,0 +1,576 @@
+"""The simulation's oracle: it records every run, every change and every missed-fire report of a
+SimulatedCluster, and checks the invariants (see the simulate module's docstring) after every step."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections.abc import Callable, Hashable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from .._keyed import KeyedScheduler, Recover, Reschedule
+
+
+class Violation(AssertionError):
+    """An invariant the simulation found broken: `invariant` names it, the message says how."""
+
+    def __init__(self, invariant: str, message: str, at: float) -> None:
+        super().__init__(f"[{invariant}] at t={at:.6f}: {message}")
+        self.invariant = invariant
+        self.at = at
+
+
+@dataclasses.dataclass
+class SimRun:
+    """One run the oracle saw: where and when it started and ended, and its fence."""
+
+    process: str
+    key: Hashable
+    generation: int
+    scheduled_for: int  # microseconds since the epoch (UTC)
+    attempt: int
+    started: float  # simulated time
+    wall: float  # the process's wall clock as it started (POSIX seconds)
+    ended: float | None = None
+    error: bool = False
+    ended_wall: float | None = None  # the process's wall clock as it ended (its key's clock)
+
+
+class Oracle:
+    """What a SimulatedCluster saw, and the checks of it. Its lists are the cluster's public ones (runs,
+    missed, changes, trace, violations)."""
+
+    def __init__(
+        self,
+        cluster: Any,
+        next_run: Callable[[datetime, Any, Any], datetime | None],
+        run: Callable[..., Any],
+        context: bool,
+        points: bool,
+        keyed: dict[str, Any],
+    ) -> None:
+        self.cluster = cluster
+        self._next_run = next_run
+        self._user_run = run
+        self._context = context
+        self._points = points
+        self._keyed = keyed
+        self._reschedule = keyed.get("reschedule", Reschedule.AFTER_FINISH)
+        self.runs: list[SimRun] = []
+        self.missed: list[tuple[str, Hashable, int, datetime, datetime]] = []
+        self.changes: list[dict[str, Any]] = []  # every change asked for, with what became of it
+        self.trace: list[str] = []
+        self.violations: list[Violation] = []
+        self.checks = 0
+        self.quiet_since: float | None = None  # (no fault since then: see check_progress)
+        self._seen: dict[Hashable, int] = {}  # the highest generation the store ever had of each key
+        self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, last covered)
+        self._beyond = False  # (a report being made counts a lower bound: see watch_reports)
+        self._loads: list[tuple[float, dict[Hashable, Any]]] = []  # (when, every key) a life loaded
+
+    def note(self, text: str) -> None:
+        self.trace.append(f"t={self.cluster.now:10.4f} {text}")
+
+    def violate(self, invariant: str, message: str) -> None:
+        violation = Violation(invariant, message, self.cluster.now)
+        self.violations.append(violation)
+        self.note(f"VIOLATION {violation}")
+
+    def error(self, text: str) -> None:
+        self.violate("no-internal-error", text)
+
+    def job(self, p: Any) -> Callable[..., Any]:
+        user = self._user_run
+        context = self._context
+
+        async def job(ctx: Any, key: Hashable, data: Any) -> None:
+            fence = ctx.fence
+            # (the wall clock the run started by: read as its fire was taken, and in the fire log; a shared
+            # store's take is a round trip, over which the process may measure its clock again)
+            wall = p.wall()
+            if self.cluster.db is not None:
+                fire = self.cluster.db.fires.get((key, fence.generation, fence.scheduled_for))
+                wall = wall if fire is None else fire["started_at"] / 1e6
+            run = SimRun(
+                p.name, key, fence.generation, fence.scheduled_for, fence.attempt, self.cluster.now, wall
+            )
+            self.started(p, run)
+            if self._points:
+                self._on_a_point(run, data)
+            try:
+                result = user(ctx, key, data) if context else user(key, data)
+                if inspect.isawaitable(result):
+                    await result
+            except BaseException:
+                run.error = True
+                raise
+            finally:
+                if p.alive:
+                    run.ended, run.ended_wall = self.cluster.now, p.keyed_wall()
+                    self.note(f"{p.name} ends {key!r} g{run.generation} {run.scheduled_for} a{run.attempt}")
+
+        return job
+
+    def _interrupted(self, run: SimRun, until: float) -> bool:
+        """Whether the run's process died, or (a shared store) may have lost its lease, between its start
+        and `until`."""
+        p = self.cluster.process(run.process)
+        if not p.alive and run.ended is None:
+            return True
+        kinds = ("pause", "cut", "hang", "slow", "kill") if self.cluster.kind == "shared" else ("kill",)
+        return any(w.kind in kinds and w.start <= until and w.end >= run.started for w in p.windows)
+
+    def started(self, p: Any, run: SimRun) -> None:
+        self.checks += 3
+        self.note(f"{p.name} runs {run.key!r} g{run.generation} {run.scheduled_for} a{run.attempt}")
+        if run.wall * 1_000_000 < run.scheduled_for - 1:
+            self.violate(
+                "no-early-run",
+                f"{p.name} ran key {run.key!r} at wall {run.wall:.6f}, before its fire at "
+                f"{run.scheduled_for / 1e6:.6f}",
+            )
+        same = [
+            r
+            for r in self.runs
+            if r.key == run.key and r.generation == run.generation and r.scheduled_for == run.scheduled_for
+        ]
+        for earlier in same:
+            if run.attempt <= earlier.attempt or not self._interrupted(earlier, self.cluster.now):
+                self.violate(
+                    "at-most-once",
+                    f"key {run.key!r} fire (g{run.generation}, {run.scheduled_for}) ran again on {p.name} "
+                    f"(attempt {run.attempt}) after {earlier.process} ran it (attempt {earlier.attempt}, "
+                    f"ended {earlier.ended})",
+                )
+                break
+        if self._reschedule is Reschedule.AFTER_FINISH:
+            for other in self.runs:
+                if other.key != run.key or other.ended is not None:
+                    continue
+                if not self.cluster.process(other.process).alive:
+                    continue
+                if other.process == run.process or (
+                    other.generation == run.generation and not self._interrupted(other, self.cluster.now)
+                ):
+                    self.violate(
+                        "no-overlap",
+                        f"key {run.key!r}: a run (g{run.generation}, {run.scheduled_for}) on {p.name} "
+                        "started "
+                        f"while one (g{other.generation}, {other.scheduled_for}) on {other.process} goes",
+                    )
+                    break
+        self.runs.append(run)
+
+    def _on_a_point(self, run: SimRun, data: Any) -> None:
+        self.checks += 1
+        just_before = datetime.fromtimestamp((run.scheduled_for - 1) / 1e6, UTC)
+        point = self._next_run(just_before, run.key, data)
+        if point is None or round(point.timestamp() * 1e6) != run.scheduled_for:
+            self.violate(
+                "on-its-points",
+                f"key {run.key!r} ran a fire at {run.scheduled_for / 1e6:.6f}, which is not a point of its "
+                f"schedule (the point at or after it is {point})",
+            )
+
+    def on_missed(self, p: Any, key: Hashable, count: int, first: datetime, last: datetime) -> None:
+        self.missed.append((p.name, key, count, first, last))
+        # (a report covers its points from first to last; one that counted only max_catch_up + 1 of them,
+        # a lower bound, covers those after it too, up to now)
+        self._reports.append((key, first.timestamp(), p.keyed_wall() if self._beyond else last.timestamp()))
+        self.note(f"{p.name} missed {key!r} {count} from {first.isoformat()} to {last.isoformat()}")
+
+    def watch_reports(self, keyed: KeyedScheduler) -> None:
+        """Note, for _on_missed, whether a report's count is a lower bound (more were missed than
+        max_catch_up + 1, the most that a start counts)."""
+        table = keyed._table
+        report = table.report_missed
+
+        def reported(rec: Any, skipped: list[float], beyond: bool) -> None:
+            self._beyond = beyond
+            try:
+                report(rec, skipped, beyond)
+            finally:
+                self._beyond = False
+
+        table.report_missed = reported  # type: ignore[method-assign]
+
+    def returned(self, p: Any, change: dict[str, Any]) -> None:
+        """A change returned: it is committed (shared: the database has it)."""
+        self.checks += 1
+        self.note(f"{p.name} returned {change['what']} {change['key']!r}")
+        if self.cluster.db is None:  # (the first fire each key's new generation planned: see _histories)
+            keys = change["data"] if change["what"] == "replace" else [change["key"]]
+            infos = {k: p.keyed.get(k) for k in keys}
+            change["planned"] = {
+                k: None if i is None or i.next_run_at is None else i.next_run_at.timestamp()
+                for k, i in infos.items()
+            }
+            return
+        what, key, data = change["what"], change["key"], change["data"]
+        since = change["asked"]
+        commits = [c for c in self.cluster.db.commits if c[0] >= since]
+        if what == "upsert":
+            ok = any(c[1] == "upsert" and c[2] == key and _loads(c[3]) == data for c in commits)
+        elif what == "remove":
+            ok = not change.get("existed") or any(c[1] == "remove" and c[2] == key for c in commits)
+        else:
+            ok = all(
+                any(c[1] == "upsert" and c[2] == k and _loads(c[3]) == v for c in commits)
+                for k, v in data.items()
+            )
+        if not ok:
+            self.violate(
+                "changes-kept", f"{p.name}'s {what} of {key!r} returned, but the store does not have it"
+            )
+
+    def check_store(self) -> None:
+        """After every step: generations never go back in the store."""
+        if self.cluster.db is None:
+            return
+        self.checks += 1
+        for key, row in self.cluster.db.keys.items():
+            seen = self._seen.get(key, 0)
+            if row["generation"] < seen:
+                self.violate(
+                    "generations-rise", f"key {key!r} is at generation {row['generation']}, after {seen}"
+                )
+            self._seen[key] = max(seen, row["generation"])
+
+    def check_loaded(self, p: Any) -> None:
+        """A new life of a SQLite file: every change that returned is there (or one made after it, that
+        raised or was going on at the kill: it may have been committed), and no generation went back."""
+        self.checks += 1
+        keyed = p.keyed
+        expected: dict[Hashable, Any] = {}  # key: what the last change that returned made it
+        maybe: dict[Hashable, list[Any]] = {}  # key: what a change since may have made it
+        for change in self.changes:
+            if change["what"] == "replace":
+                values = {k: _MISSING for k in [*expected, *maybe]}
+                values.update(change["data"])
+            else:
+                values = {change["key"]: change["data"] if change["what"] == "upsert" else _MISSING}
+            for k, value in values.items():
+                if change["returned"] is not None:
+                    expected[k], maybe[k] = value, []
+                else:
+                    maybe.setdefault(k, []).append(value)
+        for k in sorted({*expected, *maybe}, key=repr):
+            info = keyed.get(k)
+            got = _MISSING if info is None else info.data
+            allowed = [expected.get(k, _MISSING), *maybe.get(k, [])]
+            if not any(got is a or got == a for a in allowed):
+                self.violate(
+                    "changes-kept",
+                    f"{p.name} found key {k!r} as {_shown(got)} in the file; the last change that returned "
+                    f"made it {_shown(expected.get(k, _MISSING))}, and those since "
+                    f"{[_shown(v) for v in maybe.get(k, [])]}",
+                )
+            if info is not None and info.generation < self._seen.get(k, 0):
+                self.violate("generations-rise", f"key {k!r} came back at generation {info.generation}")
+        snapshot = keyed.snapshot()
+        for k, info in snapshot.items():
+            self._seen[k] = max(self._seen.get(k, 0), info.generation)
+        self._loads.append((self.cluster.now, {k: info.data for k, info in snapshot.items()}))
+
+    # -- no lost fire ---------------------------------------------------------------------------------------
+
+    def check_no_lost_fire(self) -> None:
+        """After a quiet spell, with a calendar next_run (points=True): every point of a key's schedule
+        that came due while the key was stored, unchanged, and away from any fault (calm) is accounted
+        for. It ran (at any attempt, in any process); or on_missed reported it (a report covers the
+        points from its `first` to the wall clock when it was made: those after its `last` are the
+        ones beyond max_catch_up, reported as a lower bound); or a run of the key went on over it (a
+        point at or before the wall clock at a run's start is passed over: next_run is asked from then;
+        under AFTER_FINISH, from the run's end)."""
+        self.checks += 1
+        runs: dict[Hashable, list[SimRun]] = {}
+        for run in self.runs:
+            runs.setdefault(run.key, []).append(run)
+        reports: dict[Hashable, list[tuple[float, float]]] = {}
+        for key, since, wall in self._reports:
+            reports.setdefault(key, []).append((since, wall))
+        if self._keyed.get("recover", Recover.RERUN) is Recover.RERUN:
+            self._check_reruns()
+        until = self.cluster.now - self.cluster.bound() - 1.0  # (points due since may still be on their way)
+        for key, spans in self._histories().items():
+            ran = {r.scheduled_for for r in runs.get(key, ())}
+            for start, end, data, first in spans:
+                for point in self._points_of(key, data, start, min(end, until), first):
+                    epoch = self.cluster.epoch
+                    self.checks += 1
+                    if round(point * 1e6) in ran or self._excused(key, point, runs, reports):
+                        continue
+                    self.violate(
+                        "no-lost-fire",
+                        f"key {key!r}: its fire at {point:.6f} (t={point - epoch:.3f}) neither ran nor was "
+                        "reported missed, and no run went on over it",
+                    )
+                    return
+
+    def _superseded(self, key: Hashable, point: float, runs: dict[Hashable, list[SimRun]]) -> bool:
+        """Whether a change of the key came while the point still waited its turn (its key was working
+        through earlier fires: a catch-up queue behind a long run): a change supersedes the fires of the
+        old generation that it finds unrun. Not if a later fire of the key started before the change
+        (the point was passed by, not waiting)."""
+        asks = [
+            c["asked"]
+            for c in self.changes
+            if self._wall_at(c["asked"]) > point and (c["key"] == key or (c["what"] == "replace"))
+        ]
+        if not asks:
+            return False
+        change = min(asks)
+        return not any(r.scheduled_for / 1e6 > point and r.started < change for r in runs.get(key, ()))
+
+    def _behind(self, key: Hashable, point: float) -> bool:
+        """Whether the key's holder has not come to the point yet: its next run is at or before it (a
+        long catch-up queue, run one fire after another, is still on its way there)."""
+        holder = self.cluster.holder(key)
+        info = None if holder is None else holder.keyed.get(key)
+        return (
+            info is not None and info.next_run_at is not None and info.next_run_at.timestamp() <= point + 1e-6
+        )
+
+    def _check_reruns(self) -> None:
+        """recover=RERUN: a fire whose run a kill cut runs again, at a higher attempt, unless its key was
+        changed or removed since (its generation is no longer the store's), or another run of it ended
+        (a run whose lease lapsed, which went on to its end: the fire ran). Judged once the fire is due
+        by its holder's wall clock (and bound() and a second more, as the points are): a rerun waits for
+        its time, as any fire does, and a next life whose clock is behind the killed one's (that had
+        stepped ahead) has it still to come."""
+        for r in self.runs:
+            if r.ended is not None or self.cluster.process(r.process).died is None:
+                continue
+            self.checks += 1
+            if self._generation(r.key) != r.generation:
+                continue
+            holder = self.cluster.holder(r.key)
+            if (
+                holder is not None
+                and r.scheduled_for / 1e6 > holder.keyed_wall() - self.cluster.bound() - 1.0
+            ):
+                continue  # (not due yet on the clock it waits by: judged at a later quiet spell)
+            if not any(
+                o.key == r.key
+                and o.generation == r.generation
+                and o.scheduled_for == r.scheduled_for
+                and (o.attempt > r.attempt or o.ended is not None)
+                for o in self.runs
+            ):
+                self.violate(
+                    "no-lost-fire",
+                    f"key {r.key!r}: its fire (g{r.generation}, {r.scheduled_for}), cut by the kill of "
+                    f"{r.process}, was not run again (recover=RERUN)",
+                )
+                return
+
+    def _generation(self, key: Hashable) -> int | None:
+        """The key's generation in the store now (None: not there)."""
+        if self.cluster.db is not None:
+            row = self.cluster.db.keys.get(key)
+            return None if row is None else int(row["generation"])
+        for p in self.cluster.live():
+            info = p.keyed.get(key)
+            return None if info is None else info.generation
+        return None
+
+    def _histories(self) -> dict[Hashable, list[tuple[float, float, Any, float | None]]]:
+        """Each key's calm spans of simulated time, with the data it had and the first fire its change
+        planned (a change made on a clock that was off plans its first fire by that clock: the points
+        before it are not due), or None: (start, end, data, first). A span ends
+        bound() before a change of the key begins (pending until it returns or raises, and a second
+        after) and half a second before a fault (until bound() after it: a takeover, a restart)."""
+        # key: [(since, data | _MISSING | _UNSURE, the first fire its writer planned | None)]
+        timeline: dict[Hashable, list[tuple[float, Any, float | None]]] = {}
+        busy: dict[Hashable, list[tuple[float, float]]] = {}  # key: [(from, to)] a change of it was going
+        keys: set[Hashable] = set()
+        for change in self.changes:
+            touched = (
+                {change["key"]: change["data"] if change["what"] == "upsert" else _MISSING}
+                if change["what"] != "replace"
+                else {**dict.fromkeys(keys, _MISSING), **change["data"]}
+            )
+            keys.update(touched)
+            end = self.cluster.now if change["ended"] is None else change["ended"]
+            for k, value in touched.items():
+                # (a change supersedes the fires of the key's old generation that it finds unrun: those
+                # due while no process held the key, between two holders, within bound() of it)
+                busy.setdefault(k, []).append((change["asked"] - self.cluster.bound(), end + 1.0))
+                if self.cluster.db is None:
+                    settled = value if change["returned"] is not None else _UNSURE
+                    planned = change.get("planned", {}).get(k)
+                    timeline.setdefault(k, []).append((change["asked"], settled, planned))
+        if self.cluster.db is not None:  # (the database's commits are what the keys are)
+            for at, what, k, data, first in self.cluster.db.commits:
+                value = _loads(data) if what == "upsert" else _MISSING
+                planned = None if first is None else first / 1e6
+                timeline.setdefault(k, []).append((at - self.cluster.epoch, value, planned))
+        for at, snapshot in self._loads:  # (a new life has what the file has)
+            for k in {*timeline, *snapshot}:
+                timeline.setdefault(k, []).append((at, snapshot.get(k, _MISSING), None))
+        faults = [
+            (w.start - 0.5, w.end + self.cluster.bound()) for p in self.cluster.processes for w in p.windows
+        ]
+        spans: dict[Hashable, list[tuple[float, float, Any, float | None]]] = {}
+        for k, events in timeline.items():
+            events.sort(key=lambda e: e[0])
+            blocked = sorted(busy.get(k, []) + faults)
+            for i, (since, data, planned) in enumerate(events):
+                if data is _MISSING or data is _UNSURE:
+                    continue
+                end = events[i + 1][0] if i + 1 < len(events) else math.inf
+                spans.setdefault(k, []).extend(
+                    (a, b, data, planned) for a, b in _between(since, end, blocked)
+                )
+        return spans
+
+    def _points_of(
+        self, key: Hashable, data: Any, start: float, end: float, first: float | None = None
+    ) -> Iterable[float]:
+        """The points of the key's schedule due in the simulated span [start, end] (on the wall clock of
+        whoever held the key then), from `first` on, if given."""
+        if end <= start:
+            return
+        t = self._wall_at(start)
+        if first is not None:
+            t = max(t, first - 1e-6)
+        stop = self._wall_at(end)
+        for _ in range(100_000):
+            point = self._next_run(datetime.fromtimestamp(t, UTC), key, data)
+            if point is None:
+                return
+            t = point.timestamp()
+            if t > stop:
+                return
+            yield t
+        raise RuntimeError(f"key {key!r}: too many points between {start} and {end}")
+
+    def _wall_at(self, t: float) -> float:
+        """The keys' clock at simulated time t: the database's (shared); with one process at a time, the
+        furthest wall clock any life reached by then (a point at or before it came due, and ran or was
+        passed over; a clock that steps back, or a next life's that is behind, makes none due again)."""
+        if self.cluster.db is not None:
+            return float(self.cluster.epoch + t)
+        furthest = -math.inf
+        for p in self.cluster.processes:
+            stop = t if p.died is None else min(t, p.died)
+            if p.base > stop:
+                continue
+            for i, (since, offset) in enumerate(p.offsets):
+                begin = max(since, p.base)
+                end = min(p.offsets[i + 1][0], stop) if i + 1 < len(p.offsets) else stop
+                if begin <= end:
+                    furthest = max(furthest, self.cluster.epoch + end + offset)
+        return furthest if furthest > -math.inf else self.cluster.epoch + t
+
+    def _excused(
+        self,
+        key: Hashable,
+        point: float,
+        runs: dict[Hashable, list[SimRun]],
+        reports: dict[Hashable, list[tuple[float, float]]],
+    ) -> bool:
+        """Whether a point that did not run was reported missed, or passed over by a run of its key: under
+        AFTER_FINISH, a point after a run's start and not after its end (next_run is asked from the
+        end). A point between a run's fire and its start is not passed over by it: the run of a fire
+        that is late (a rerun, a catch-up) says nothing of the points after it, which the catch-up
+        decides about (and a late regular fire is near a fault, where points are not judged)."""
+        for first, last in reports.get(key, ()):
+            if first - 1e-6 <= point <= last + 1e-6:
+                return True
+        if self._superseded(key, point, runs) or self._behind(key, point):
+            return True
+        if self._reschedule is not Reschedule.AFTER_FINISH:
+            return False
+        for r in runs.get(key, ()):
+            if r.wall >= point + 1e-6:
+                continue
+            if r.ended_wall is not None:
+                over = r.ended_wall
+            else:  # (a run cut by a kill: its end never came, and the next holder decides the rest)
+                over = math.inf if self.cluster.process(r.process).died is None else r.wall
+            if point <= over:
+                return True
+        return False
+
+    def check_progress(self) -> None:
+        """After a quiet spell: every key is held by one live process, at the store's generation, and ran
+        since lease + lease/3 + the tolerance after the spell began."""
+        assert self.quiet_since is not None
+        since = self.quiet_since + self.cluster.bound()
+        live = self.cluster.live()
+        self.checks += 1
+        if not live:
+            return
+        if self.cluster.db is not None:
+            keys = {k: r for k, r in self.cluster.db.keys.items()}
+            for k, row in keys.items():
+                holders = [p for p in live if k in p.keyed]
+                owner = [p for p in live if p.store.owner_id == row["owner"]]
+                if not owner or len(holders) != 1 or holders[0] is not owner[0]:
+                    self.violate(
+                        "progress",
+                        f"key {k!r} is held in the store by {row['owner']!r} and in memory by "
+                        f"{[p.name for p in holders]} after a quiet spell",
+                    )
+                    continue
+                info = owner[0].keyed.get(k)
+                if info.generation != row["generation"]:
+                    self.violate(
+                        "progress",
+                        f"key {k!r}: {owner[0].name} holds g{info.generation}, the store "
+                        f"g{row['generation']}",
+                    )
+        keyed_keys = {k: (p, info) for p in live for k, info in p.keyed.snapshot().items()}
+        for k, (p, info) in keyed_keys.items():
+            wall = p.keyed_wall()  # (the process's wall clock: the one its keys' next runs are on)
+            if info.next_run_at is None and not info.running:
+                continue  # (disabled, or invalid: nothing to run)
+            if info.running and any(
+                r.key == k and r.ended is None and r.process == p.name for r in self.runs
+            ):
+                continue  # (a run of it goes: a long one, or one that never returns, is the job's own)
+            if info.next_run_at is not None:
+                late = wall - info.next_run_at.timestamp()
+                if late > 1.0:  # (due a second ago or more, and not running)
+                    self.violate(
+                        "progress", f"key {k!r} did not run: its next run is {late:.3f} s overdue on {p.name}"
+                    )
+                continue
+            if not any(r.key == k and r.started >= since for r in self.runs):  # (its take on its way)
+                self.violate(
+                    "progress",
+                    f"key {k!r} did not run in the {self.cluster.now - since:.1f} s since {since:.3f}",
+                )
+
+
+_MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<no key>"})()
+_UNSURE: Any = type("Unsure", (), {"__repr__": lambda self: "<a change that raised: either>"})()
+
+
+def _between(start: float, end: float, blocked: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of [start, end) outside every (sorted) blocked span."""
+    parts = []
+    for a, b in blocked:
+        if b <= start or a >= end:
+            continue
+        if a > start:
+            parts.append((start, a))
+        start = max(start, b)
+        if start >= end:
+            return parts
+    if start < end:
+        parts.append((start, end))
+    return parts
+
+
+def _shown(value: Any) -> str:
+    return repr(value)
+
+
+def _loads(text: Any) -> Any:
+    import json
+
+    return _MISSING if text is None else json.loads(text)
