@@ -36,8 +36,6 @@ ALLOWED_PRIVATE = {
     ("_drivers.asyncio", "_engine"),
     ("_drivers.asyncio", "_thread_id"),
     ("_drivers.base", "_is_coroutine_marker"),
-    ("_drivers.base", "_schedule_at"),
-    ("_drivers.base", "_schedule_in"),
     ("_drivers.base", "_store"),
     ("_drivers.base", "_thread_id"),
     ("_engine.scheduler", "_add_id"),

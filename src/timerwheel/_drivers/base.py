@@ -486,9 +486,13 @@ def _add(
             raise _no_engine(driver)
         try:
             if at:
-                task_id = engine._schedule_at(time_arg, fn, interval, args, kwargs, mode, missed, options)
+                task_id = engine.schedule_at_positional(
+                    time_arg, fn, interval, args, kwargs, mode, missed, options
+                )
             else:
-                task_id = engine._schedule_in(time_arg, fn, interval, args, kwargs, mode, missed, options)
+                task_id = engine.schedule_positional(
+                    time_arg, fn, interval, args, kwargs, mode, missed, options
+                )
         except Exception as exc:
             driver._refuse_if_the_clock_fails(exc)
             raise

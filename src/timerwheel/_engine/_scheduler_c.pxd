@@ -157,10 +157,10 @@ cdef class _Engine:
 
 cdef class Scheduler(_Engine):
     @cython.locals(span=double, now=double)
-    cpdef _schedule_in(self, object delay, object fn, object interval, object args, object kwargs, object mode,
+    cpdef schedule_positional(self, object delay, object fn, object interval, object args, object kwargs, object mode,
                        object missed, object options)
 
-    cpdef _schedule_at(self, object when, object fn, object interval, object args, object kwargs, object mode,
+    cpdef schedule_at_positional(self, object when, object fn, object interval, object args, object kwargs, object mode,
                        object missed, object options)
 
     @cython.locals(task=_Task, timer_id="long long")

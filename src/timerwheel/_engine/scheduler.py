@@ -1539,9 +1539,9 @@ class Scheduler(_Engine):
             ValueError: delay < 0, interval <= 0, or either not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        return self._schedule_in(delay, fn, interval, args, kwargs, mode, missed, options)
+        return self.schedule_positional(delay, fn, interval, args, kwargs, mode, missed, options)
 
-    def _schedule_in(
+    def schedule_positional(
         self,
         delay: float,
         fn: Callable[..., Any],
@@ -1552,8 +1552,9 @@ class Scheduler(_Engine):
         missed: Missed,
         options: RunOptions | None,
     ) -> int:
-        """schedule() with every argument positional: what the drivers call (in the compiled engine,
-        parsing keywords costs more than the scheduling)."""
+        """schedule(), with every argument positional and none defaulted: for drivers, which forward
+        their users' calls here (in the compiled engine, parsing keywords costs more than the
+        scheduling). Returns the task's id; raises what schedule() raises."""
         # (`span` and `now` are C doubles in the compiled build: the common case compares no objects)
         span = delay if type(delay) is float else -1.0
         if not 0.0 <= span < _INF:  # the common case costs two compares
@@ -1586,9 +1587,9 @@ class Scheduler(_Engine):
             ValueError: when is not finite; interval <= 0 or not finite.
             TypeError: fn is not callable, or an argument has the wrong type.
         """
-        return self._schedule_at(when, fn, interval, args, kwargs, mode, missed, options)
+        return self.schedule_at_positional(when, fn, interval, args, kwargs, mode, missed, options)
 
-    def _schedule_at(
+    def schedule_at_positional(
         self,
         when: float,
         fn: Callable[..., Any],
@@ -1599,7 +1600,8 @@ class Scheduler(_Engine):
         missed: Missed,
         options: RunOptions | None,
     ) -> int:
-        """schedule_at() with every argument positional (see _schedule_in)."""
+        """schedule_at(), with every argument positional and none defaulted (see schedule_positional).
+        Returns the task's id; raises what schedule_at() raises."""
         return self._add(seconds(when, "when"), fn, interval, args, kwargs, mode, missed, options, "when")
 
     def _add(
@@ -1693,7 +1695,7 @@ class Scheduler(_Engine):
         """
         if type(task_id) is not int:
             identifier(task_id, "task_id")
-        span = delay if type(delay) is float else -1.0  # (C doubles, as in _schedule_in)
+        span = delay if type(delay) is float else -1.0  # (C doubles, as in schedule_positional)
         if not 0.0 <= span < _INF:  # the common case costs two compares
             span = seconds(delay, "delay")
             if span < 0:
