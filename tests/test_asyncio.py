@@ -132,8 +132,9 @@ def test_start_needs_a_loop() -> None:
 
 
 def test_a_start_that_fails_to_make_the_engine_can_be_retried() -> None:
-    """Found in review: a start() that failed while making the engine left the loop bound and no engine:
-    the second start() said it succeeded, and schedule() and close() raised AttributeError."""
+    """A start() that fails while making the engine leaves the scheduler new: a second start() fails the
+    same way, and it closes (it used to leave the loop bound and no engine: the second start() said it
+    succeeded, and schedule() and close() raised AttributeError)."""
     from timerwheel._engine.heap import HeapQueue
 
     store = HeapQueue(5000.0)  # ahead of the loop's clock (1000): refused when the engine is made
@@ -452,8 +453,8 @@ def test_keyboard_interrupt_from_a_plain_job_propagates_and_the_rest_still_run()
 
 
 def test_an_early_handle_waits_for_the_rest_and_never_spins() -> None:
-    """Issue 11, item 12: asyncio runs a timer up to its clock resolution early (uvloop rounds to
-    milliseconds: callbacks ran up to 0.5 ms early). Never early: our handle, run early, waits the rest."""
+    """asyncio runs a timer up to its clock resolution early (uvloop rounds to milliseconds: callbacks
+    ran up to 0.5 ms early). Never early: our handle, run early, waits the rest."""
     loop = VirtualTimeLoop()
     loop._clock_resolution = 0.5  # type: ignore[attr-defined]
     events: list[JobEvent] = []
@@ -879,7 +880,8 @@ def test_reset_from_another_thread_is_refused() -> None:
 
 
 def test_every_method_refuses_another_thread_and_changes_nothing() -> None:
-    """Issue 11, item 11: TimerHandle.cancel() from another thread raised nothing and raced the loop."""
+    """Every method called from another thread raises RuntimeError and changes nothing (TimerHandle.cancel()
+    from another thread used to raise nothing and race the loop)."""
 
     async def main() -> None:
         async with AsyncScheduler() as sched:
@@ -936,7 +938,8 @@ def test_every_method_refuses_another_thread_and_changes_nothing() -> None:
 
 
 def test_reset_and_reschedule_take_what_call_later_takes() -> None:
-    """Issue 11, item 13: handle.reset(10**400) raised OverflowError on a live handle."""
+    """handle.reset() and reschedule() take any delay call_later() takes (handle.reset(10**400) used to
+    raise OverflowError on a live handle)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -1016,8 +1019,9 @@ def test_an_observer_interrupt_does_not_strand_the_waiting_runs() -> None:
 
 @pytest.mark.parametrize("glitch", ["nan", "raise"])
 def test_a_loop_clock_glitch_as_a_fixed_delay_job_finishes_does_not_end_the_task(glitch: str) -> None:
-    """Found in review: the run's finish read loop.time() raw; NaN ended the task, an exception left it
-    unarmed with stats().running stuck at 1."""
+    """A loop clock that reads NaN or raises once, as a FIXED_DELAY run finishes, neither ends the task
+    nor leaves it unarmed: it runs on, with stats().running back to 0 (the finish read loop.time() raw:
+    NaN ended the task, an exception left it unarmed with stats().running stuck at 1)."""
 
     class GlitchLoop(VirtualTimeLoop):
         armed = False
@@ -1050,8 +1054,8 @@ def test_a_loop_clock_glitch_as_a_fixed_delay_job_finishes_does_not_end_the_task
 
 
 def test_an_interrupt_while_waiting_runs_start_does_not_strand_the_rest() -> None:
-    """Found in review: an observer's KeyboardInterrupt raised while a waiting run started (its job failed
-    at once) left the runs behind it waiting for ever."""
+    """An observer's KeyboardInterrupt raised while a waiting run starts (its job fails at once) leaves
+    the runs behind it to start (they were left waiting for ever)."""
     raised: list[int] = []
 
     def observer(event: JobEvent) -> None:
@@ -1086,7 +1090,8 @@ def test_an_interrupt_while_waiting_runs_start_does_not_strand_the_rest() -> Non
 
 
 def test_an_interrupt_as_a_coroutine_fixed_delay_run_finishes_leaves_it_armed() -> None:
-    """Found in review: the FIXED_DELAY re-arm happened, but the loop handle was not brought forward."""
+    """An observer's KeyboardInterrupt as a FIXED_DELAY run finishes: the task is re-armed and the loop
+    handle brought forward with it (it was re-armed, but the loop handle was not brought forward)."""
     raised: list[int] = []
 
     def observer(event: JobEvent) -> None:
@@ -1112,8 +1117,8 @@ def test_an_interrupt_as_a_coroutine_fixed_delay_run_finishes_leaves_it_armed() 
 
 
 def test_calls_are_refused_after_the_loop_moved_to_another_thread() -> None:
-    """Found in review: the loop ran on the main thread first, then in a background thread; calls from
-    the main thread passed the cached thread check."""
+    """The loop runs on the main thread first, then in a background thread: calls from the main thread
+    are refused (they passed the cached thread check)."""
     loop = asyncio.new_event_loop()
     sched = AsyncScheduler(loop=loop)
 
@@ -1139,7 +1144,7 @@ def test_calls_are_refused_after_the_loop_moved_to_another_thread() -> None:
     loop.close()
 
 
-# -- regressions found in review ------------------------------------------------------------------------
+# -- callbacks of one wake that cancel, move or interrupt the others --------------------------------------
 
 
 def test_a_timer_cancelled_or_moved_by_another_callback_of_the_same_wake_does_not_run() -> None:
@@ -1196,6 +1201,9 @@ def test_keyboard_interrupt_from_a_callback_keeps_the_other_due_timers() -> None
         loop.close()
 
 
+# -- the idle loop handle; dues at -inf or huge, delays out of range --------------------------------------
+
+
 def test_an_idle_scheduler_holds_no_loop_handle() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -1235,6 +1243,25 @@ def test_minus_infinity_runs_at_the_next_iteration_and_huge_ints_never() -> None
 
     assert run(lambda: main(False)) == ["minus inf"]
     assert run(lambda: main(True)) == ["minus inf", "moved", "reset"]
+
+
+def test_out_of_range_delays_name_the_argument() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            task_id = sched.schedule(10, print)
+            due = sched.next_fire_time(task_id)
+            with pytest.raises(OverflowError, match=r"^delay"):
+                sched.schedule(1e300, print)
+            with pytest.raises(OverflowError, match=r"^when"):
+                sched.schedule_at(1e300, print)
+            with pytest.raises(OverflowError, match=r"^delay"):
+                sched.reschedule(task_id, 1e300)
+            assert sched.next_fire_time(task_id) == due and sched.stats().pending == 1
+
+    run(main)
+
+
+# -- runs waiting for a slot ------------------------------------------------------------------------------
 
 
 def test_a_recurring_job_never_has_more_than_one_run_waiting() -> None:
@@ -1286,23 +1313,7 @@ def test_a_waiting_one_shot_coroutine_job_can_be_cancelled() -> None:
     run(main)
 
 
-def test_out_of_range_delays_name_the_argument() -> None:
-    async def main() -> None:
-        async with AsyncScheduler() as sched:
-            task_id = sched.schedule(10, print)
-            due = sched.next_fire_time(task_id)
-            with pytest.raises(OverflowError, match=r"^delay"):
-                sched.schedule(1e300, print)
-            with pytest.raises(OverflowError, match=r"^when"):
-                sched.schedule_at(1e300, print)
-            with pytest.raises(OverflowError, match=r"^delay"):
-                sched.reschedule(task_id, 1e300)
-            assert sched.next_fire_time(task_id) == due and sched.stats().pending == 1
-
-    run(main)
-
-
-# -- the compiled drivers' fast paths (issue 13) ------------------------------------------------------------
+# -- the compiled drivers' fast paths ---------------------------------------------------------------------
 
 
 def _sync_job() -> None:
@@ -1510,14 +1521,15 @@ def test_call_later_s_fast_path_takes_and_refuses_what_the_general_path_does() -
     run(main)
 
 
-# -- issue 25 --------------------------------------------------------------------------------------------
+# -- stats(): running and waiting runs, and each kind of timer --------------------------------------------
 
 
 @pytest.mark.parametrize("policy", [Backpressure.BLOCK, Backpressure.DROP])
 def test_stats_running_counts_the_jobs_executing_now_and_queued_the_waiting_ones(
     policy: Backpressure,
 ) -> None:
-    """Issue 25, item 16: with max_concurrency=2, the runs waiting for a slot were counted as running."""
+    """With max_concurrency=2 and five runs due, stats().running counts the two jobs executing; the other
+    three are queued (BLOCK) or dropped (DROP), not counted as running (runs waiting for a slot were)."""
 
     async def main() -> None:
         release = asyncio.Event()
@@ -1546,9 +1558,9 @@ def test_stats_running_counts_the_jobs_executing_now_and_queued_the_waiting_ones
 
 
 def test_stats_count_handles_timeouts_and_sleeps_apart() -> None:
-    """Issue 25, item 20: AsyncScheduler's call_later handles, timeouts and sleeps were invisible in
-    stats(). Each kind is counted while armed on the wheel: a move (reset, reschedule) changes no count;
-    a cancel, a fire, an exit or an expiry takes it off."""
+    """stats() counts AsyncScheduler's call_later handles, timeouts and sleeps (they were invisible in
+    it). Each kind is counted while armed on the wheel: a move (reset, reschedule) changes no count; a
+    cancel, a fire, an exit or an expiry takes it off."""
 
     def kinds(sched: AsyncScheduler) -> tuple[int, int, int, int, int]:
         stats = sched.stats()
@@ -1622,9 +1634,9 @@ class ClockDownButForAsyncio(VirtualTimeLoop):
 
 def test_cancelling_the_last_task_while_a_clock_retry_is_armed_clears_the_fault() -> None:
     """The loop's clock fails once: the driver arms a retry and refuses new work; then the last task is
-    cancelled before the retry fires. Disarming the idle driver took the retry off the loop, so the fault
-    was never cleared and every later schedule() raised ClockError though the clock worked again (found
-    by a review of the compiled drivers)."""
+    cancelled before the retry fires. The retry still fires and clears the fault (disarming the idle
+    driver took the retry off the loop, so the fault was never cleared and every later schedule() raised
+    ClockError though the clock worked again)."""
     loop = ClockDownForUs()
     results: list[object] = []
 
@@ -1655,8 +1667,8 @@ def test_cancelling_the_last_task_while_a_clock_retry_is_armed_clears_the_fault(
 def test_a_clock_fault_seen_inside_a_job_is_retried(far_task: bool, via_call_later: bool) -> None:
     """A job (or a call_later callback) whose schedule() saw the loop's clock fail left the fault set with
     no retry armed (the driver was dispatching, so its wake armed nothing): schedule() was refused for
-    ever, or until the next task's due an hour later, though the clock worked again. Found by a review of
-    the compiled drivers."""
+    ever, or until the next task's due an hour later, though the clock worked again. Now a retry is armed
+    and the next schedule() is accepted."""
     loop = ClockDownButForAsyncio()
     seen: list[str] = []
 
@@ -1692,8 +1704,7 @@ def test_a_clock_fault_seen_inside_a_job_is_retried(far_task: bool, via_call_lat
 
 def test_a_subclass_check_of_the_caller_is_called_by_every_entry() -> None:
     """An AsyncScheduler subclass that overrides _check_caller() is asked by call_later(float) and
-    TimerHandle.cancel() too (their inline thread check stood in for it), as by schedule() and cancel().
-    Found by a review of the compiled drivers."""
+    TimerHandle.cancel() too (their inline thread check stood in for it), as by schedule() and cancel()."""
 
     class Picky(AsyncScheduler):
         calls = 0
@@ -1725,8 +1736,7 @@ def test_a_subclass_check_of_the_caller_is_called_by_every_entry() -> None:
 
 def test_an_uninitialised_async_scheduler_cannot_be_closed() -> None:
     """close() of an AsyncScheduler whose __init__ never ran raises AttributeError, as in the pure-Python
-    build (the compiled one closed it, and it then said "closed"). Found by a review of the compiled
-    drivers."""
+    build (the compiled one closed it, and it then said "closed")."""
     blank = AsyncScheduler.__new__(AsyncScheduler)
     with pytest.raises(AttributeError):
         run(blank.close)
@@ -1778,8 +1788,8 @@ def test_a_loop_whose_call_at_reads_a_failing_clock(kind: str) -> None:
     """On a loop whose call_at() reads its own failing time() (uvloop's does), schedule() raises
     ClockError, not the loop's OSError, and the loop handle armed before is kept: once the clock works
     again, the task armed before the failure runs (it was cancelled with no new one armed, and nothing
-    ever ran). Found by a review of the drivers' hot record. On uvloop time is real: the wait is bounded
-    (2 s at most) and ends as soon as the task has run."""
+    ever ran). On uvloop time is real: the wait is bounded (2 s at most) and ends as soon as the task has
+    run."""
     loop: Any = CallAtReadsTime() if kind == "virtual" else _uvloop_reading_a_failing_clock()
 
     async def main() -> None:

@@ -565,8 +565,8 @@ REAL_LOOPS = {
 UVLOOP_DIFFERS = {
     "huge_int_deadline": "uvloop's call_at raises OverflowError for an int deadline beyond the floats",
     # uvloop rounds its own timers to milliseconds and runs the awaited sleep up to 0.5 ms early; our
-    # deadline is never early by loop.time() (issue 11, item 12), so in an exact tie the sleep may win.
-    # The same tie on the virtual and stdlib loops is compared, and matches.
+    # deadline is never early by loop.time() (a handle run early waits the rest), so in an exact tie the
+    # sleep may win. The same tie on the virtual and stdlib loops is compared, and matches.
     "expiry_tied_with_the_awaited_sleep": "uvloop runs its own sleep up to 0.5 ms early; our deadline never",
 }
 
@@ -642,8 +642,8 @@ def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
 
 
 def test_timeout_takes_every_number_sleep_takes() -> None:
-    """Found in review: timeout(Decimal) raised float + Decimal's TypeError, though sleep() and
-    call_later() take a Decimal; an int beyond the floats is as far as infinity, as there."""
+    """timeout() takes a Decimal or a Fraction, as sleep() and call_later() do (timeout(Decimal) raised
+    float + Decimal's TypeError); an int beyond the floats is as far as infinity, as there."""
     from decimal import Decimal
     from fractions import Fraction
 

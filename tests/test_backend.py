@@ -62,8 +62,7 @@ def test_compiled_driver_base_loaded() -> None:
 def test_the_compiled_scheduler_takes_weak_references_and_attributes() -> None:
     """The compiled engine makes Scheduler an extension type: it must keep __weakref__ and __dict__, as the
     pure-Python class has them (weakref.ref, WeakMethod(sched.run_pending), a WeakSet of schedulers, an
-    attribute of the user's, a method monkeypatched per instance). Found by a review of the compiled
-    engine, which had lost both."""
+    attribute of the user's, a method monkeypatched per instance). The compiled engine had lost both."""
     sched = timerwheel.Scheduler(ManualClock())
     failures = []
     for what, op in [
@@ -104,8 +103,8 @@ def test_the_compiled_engine_raises_on_unset_fields_instead_of_crashing(case: st
     """A Run made by hand, or a Scheduler whose __init__ has not run (Scheduler.__new__, a subclass that
     calls a method before super().__init__()), has None where the compiled engine types a field (Run.task,
     Run._engine, Scheduler._reports, Scheduler._cal): it must raise, as the pure-Python engine does, not
-    dereference None. Found by a review of the compiled engine (it died of SIGSEGV). Each case runs in a
-    child process: a crash is the failure."""
+    dereference None (the compiled engine died of SIGSEGV). Each case runs in a child process: a crash is
+    the failure."""
     done = subprocess.run(
         [sys.executable, "-c", NONE_FIELDS[case]], capture_output=True, text=True, timeout=60, check=False
     )

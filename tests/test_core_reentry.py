@@ -37,7 +37,8 @@ def child(code: str, core: ModuleType, *args: str) -> str:
 
 
 def test_a_finalizer_cancels_a_timer_while_advance_runs(core: ModuleType) -> None:
-    """Issue 11, item 1: the Cython core segfaulted; the Python one returned True and fired it anyway."""
+    """A finalizer's cancel() during advance() says True only if the timer does not come out of it (the
+    Cython core segfaulted; the Python one returned True and fired it anyway)."""
     out = child(
         textwrap.dedent(f"""
         import gc, {core.__name__} as core
@@ -62,7 +63,8 @@ def test_a_finalizer_cancels_a_timer_while_advance_runs(core: ModuleType) -> Non
 
 
 def test_a_finalizer_adds_while_add_grows_the_pool(core: ModuleType) -> None:
-    """Issue 11, item 2: a heap-buffer-overflow in the Cython core; two adds with one id in Python."""
+    """A finalizer's add() while add() grows the pool gets an id of its own and the wheel stays consistent
+    (it was a heap-buffer-overflow in the Cython core, and two adds with one id in Python)."""
     out = child(
         textwrap.dedent(f"""
         import gc, {core.__name__} as core
@@ -127,8 +129,9 @@ def test_randomized_finalizers_against_a_model(core: ModuleType, seed: int) -> N
 
 
 def test_a_finalizer_cannot_advance_while_advance_computes_its_tick(core: ModuleType) -> None:
-    """Found in review: on 3.11 the pure-Python _tick_of allocates (int(x)'s argument tuple), so a
-    finalizer's advance() ran before the outer one marked itself as under way, and time went back."""
+    """On 3.11 the pure-Python _tick_of allocates (int(x)'s argument tuple), so a finalizer's advance()
+    ran before the outer one marked itself as under way, and time went back; it is refused (or never
+    runs there), and the outer advance() ends at its own time."""
     out = child(
         textwrap.dedent(f"""
         import gc, {core.__name__} as core
@@ -163,7 +166,8 @@ def test_a_finalizer_cannot_advance_while_advance_computes_its_tick(core: Module
 
 
 def test_next_due_from_a_finalizer_during_advance_is_never_a_fired_timer(core: ModuleType) -> None:
-    """Found in review: the pure-Python wheel kept its next_due cache until the end of advance()."""
+    """A finalizer's next_due() during advance() never names a timer already fired (the pure-Python wheel
+    kept its next_due cache until the end of advance())."""
     out = child(
         textwrap.dedent(f"""
         import gc, {core.__name__} as core
@@ -268,8 +272,8 @@ def test_next_due_is_exact_when_a_finalizer_asks_it_while_the_first_slot_is_comp
     """The pure-Python wheel: a finalizer's next_due(), run while the outer next_due() computes the exact
     epoch of a slot whose bound is stale, tightens that bound; the outer call then returned the slot it
     had picked on the old bound, no longer the earliest, and cached its minimum (a driver sleeping until
-    it fired the 6.5 timer 7 s late). Found by a review of the slot heap; every allocation point of the
-    call is tried. The C twin allocates nothing there."""
+    it fired the 6.5 timer 7 s late). Every allocation point of the call is tried. The C twin allocates
+    nothing there."""
     from timerwheel._core.wheel import FREE, TimerWheel
 
     bad = []
@@ -295,7 +299,7 @@ def test_next_due_when_a_finalizer_empties_the_slot_it_scans() -> None:
     """The pure-Python wheel: a finalizer that cancels every timer of the earliest slot while next_due()
     scans it (at the allocation of the slot's snapshot) made next_due() raise ValueError ('min() arg is
     an empty sequence'); a finalizer may cancel in the middle of any call, and next_due() goes on to the
-    next due. Found by a review of the slot heap; every allocation point of the call is tried."""
+    next due. Every allocation point of the call is tried."""
     from timerwheel._core.wheel import TimerWheel
 
     errors = []

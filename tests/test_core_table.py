@@ -161,8 +161,7 @@ def test_the_table_holds_its_tasks_and_lets_them_go(compiled_core: ModuleType) -
 
 def test_keys_near_2_63_then_small_ones(compiled_core: ModuleType) -> None:
     """A key near 2**63, then a small one (after pop() or clear()): the compiled table crashed the
-    interpreter (base + index overflowed). Found by a review of the task table; in a child process, as a
-    crash is the failure."""
+    interpreter (base + index overflowed). In a child process, as a crash is the failure."""
     code = textwrap.dedent(f"""
         from {compiled_core.__name__} import TaskTable
         class T:
@@ -186,8 +185,8 @@ def test_keys_near_2_63_then_small_ones(compiled_core: ModuleType) -> None:
 
 def test_pending_while_a_finalizer_discards_every_task() -> None:
     """Scheduler.pending() (the table's values(), sorted) raised KeyError when a finalizer that the sort
-    ran cleared the table (Scheduler.discard()). Found by a review of the task table; the collector is
-    made to run at each allocation point in turn."""
+    ran cleared the table (Scheduler.discard()). The collector is made to run at each allocation point in
+    turn."""
     from timerwheel import Scheduler
     from timerwheel.testing import ManualClock
 
@@ -224,8 +223,7 @@ def test_pending_while_a_finalizer_discards_every_task() -> None:
 
 def test_tasks_that_come_and_go_in_order_keep_the_window_small() -> None:
     """The window's front moves past its holes (ids start at 1; it stopped at the first): tasks that come
-    and go in order, a FIFO of 500, neither grow the window nor move the pending ones to the dict. Found
-    by a review of the task table."""
+    and go in order, a FIFO of 500, neither grow the window nor move the pending ones to the dict."""
     from timerwheel import Scheduler
     from timerwheel.testing import ManualClock
 

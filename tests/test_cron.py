@@ -509,7 +509,7 @@ def test_schedule_wall_takes_datetimes_and_refuses_naive_ones() -> None:
     assert ran == [-1.0, utc(2025, 6, 1, 12, 0, 30).timestamp()]
 
 
-# -- found by the review of issue 14 -------------------------------------------------------------------
+# -- wall tasks in and out of the calendar; time zones that give no offset -----------------------------
 
 
 def test_reschedule_wall_of_an_interval_task_then_a_wall_step(make: Callable[..., Any]) -> None:
@@ -598,7 +598,7 @@ def test_bad_time_zones_and_datetimes_are_named() -> None:
     assert s.stats().pending == 0
 
 
-# -- the shared plan of plain one-shots (issue 13) ------------------------------------------------------
+# -- the shared plan of plain one-shots ----------------------------------------------------------------
 
 
 def test_one_shots_share_a_plan_that_no_call_changes(make: Callable[..., Any]) -> None:

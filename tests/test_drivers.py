@@ -654,12 +654,12 @@ def test_the_missed_policy_is_the_drivers_default_or_the_tasks(h: Harness, misse
     assert sched.next_fire_time(default) == after[missed] and sched.next_fire_time(own) == after[other]
 
 
-# -- issue 25 --------------------------------------------------------------------------------------------
+# -- cancelling a one-shot while it runs ----------------------------------------------------------------
 
 
 def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(h: Harness) -> None:
-    """Issue 25, item 17 (seed 004): on every driver, a one-shot job cancelling its own task got False.
-    A running one-shot is not finished: True, then False; counted; it never runs again."""
+    """On every driver, a one-shot job cancelling its own task gets True, then False (it got False at
+    once): a running one-shot is not finished. The cancel is counted; it never runs again."""
     sched = h.make()
     seen: list[bool] = []
     box: list[int] = []
@@ -677,8 +677,8 @@ def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(h: Harness) -
 
 
 def test_a_running_one_shot_can_be_cancelled_from_outside(h: Harness) -> None:
-    """Issue 25, item 17: cancel() of a one-shot whose run is going on (held open) is True; the run is not
-    interrupted, and the task does not run again. A recurring task cancelled while it runs: the same."""
+    """cancel() of a one-shot whose run is going on (held open) is True; the run is not interrupted, and
+    the task does not run again. A recurring task cancelled while it runs: the same."""
     if not h.concurrent:
         pytest.skip("a run held open while the test calls needs a worker or a task")
     sched = h.make()
@@ -699,9 +699,12 @@ def test_a_running_one_shot_can_be_cancelled_from_outside(h: Harness) -> None:
     assert sched.errors == []
 
 
+# -- stats(): a KeyedScheduler's keys, the deadlines of runs going on -----------------------------------
+
+
 def test_stats_count_keyed_schedulers_armed_keys(h: Harness) -> None:
-    """Issue 25, item 20: a KeyedScheduler's keys (WallTimers of the engine) were invisible in the driver's
-    stats(): `keys` counts those armed for their next run, `timers` includes them."""
+    """A driver's stats() counts a KeyedScheduler's keys (WallTimers of the engine; they were invisible in
+    it): `keys` counts those armed for their next run, `timers` includes them."""
     from datetime import timedelta
 
     from timerwheel import KeyedScheduler
@@ -726,7 +729,7 @@ def test_stats_count_keyed_schedulers_armed_keys(h: Harness) -> None:
 
 
 def test_stats_count_the_deadlines_of_the_runs_going_on(h: Harness) -> None:
-    """Issue 25, item 20: a run given a `timeout` has a deadline while it runs: stats().deadlines."""
+    """A run given a `timeout` has a deadline while it runs: stats().deadlines."""
     sched = h.make()
     seen: list[tuple[int, int]] = []
 
@@ -739,6 +742,9 @@ def test_stats_count_the_deadlines_of_the_runs_going_on(h: Harness) -> None:
     h.advance(1)
     h.advance(1)
     assert seen == [(1, 1), (0, 0)] and sched.stats().deadlines == 0
+
+
+# -- the schedule signatures of the engine and the drivers ----------------------------------------------
 
 
 def _parameters(fn: Callable[..., Any]) -> list[tuple[str, Any, Any]]:
@@ -774,8 +780,7 @@ def test_the_schedule_signatures_agree_between_the_engine_and_every_driver(metho
 
 def test_an_overridden_check_of_the_caller_is_called_by_the_hot_paths() -> None:
     """A ThreadedScheduler subclass that overrides _check_caller() is asked by schedule(), cancel() and
-    reschedule() as by pending() (the hot paths read a class flag it did not set, and skipped it). Found
-    by a review of the compiled drivers' base."""
+    reschedule() as by pending() (the hot paths read a class flag it did not set, and skipped it)."""
 
     class Picky(ThreadedScheduler):
         def _check_caller(self) -> None:
@@ -841,8 +846,8 @@ for cls in (ThreadedScheduler, AsyncScheduler):
 def test_a_driver_whose_init_never_ran_raises(case: str) -> None:
     """A driver made with __new__ alone: start() raises (the compiled build started it, its state None
     taken for new), and schedule(), cancel() and reschedule() raise AttributeError as in the pure-Python
-    build (the compiled one said "the scheduler is closed"). Found by a review of the compiled drivers'
-    base. In a child process: the interpreter must not crash either."""
+    build (the compiled one said "the scheduler is closed"). In a child process: the interpreter must not
+    crash either."""
     done = subprocess.run(
         [sys.executable, "-c", UNINITIALISED[case]], capture_output=True, text=True, timeout=60, check=False
     )
@@ -851,15 +856,14 @@ def test_a_driver_whose_init_never_ran_raises(case: str) -> None:
 
 def test_the_wall_clock_of_an_async_scheduler_without_a_loop_is_not_started() -> None:
     """wall() of an AsyncScheduler made outside a loop raises NotStartedError (it raised AttributeError
-    on None). Found by a review of the compiled drivers' base."""
+    on None)."""
     with pytest.raises(NotStartedError):
         AsyncScheduler().wall()
 
 
 def test_cancel_does_not_ask_the_length_of_the_store() -> None:
     """ThreadedScheduler.cancel() asked len(store) on every cancel, for a hook it does not have: a store
-    whose __len__ fails then failed cancels that had happened. Found by a review of the compiled drivers'
-    base."""
+    whose __len__ fails then failed cancels that had happened. It asks no more."""
 
     class Store(HeapQueue):
         def __len__(self) -> int:
@@ -877,8 +881,7 @@ def test_cancel_does_not_ask_the_length_of_the_store() -> None:
 def test_a_store_that_closes_the_scheduler_during_schedule() -> None:
     """Something that schedule() runs closes the scheduler meanwhile (a store or a clock of the user's, a
     finalizer the collector runs): schedule() raises ClosedError and arms nothing, as close() promises
-    stats().pending == 0 (it returned an id, and the task stayed armed on the closed scheduler). Found by
-    a review of the drivers' hot record."""
+    stats().pending == 0 (it returned an id, and the task stayed armed on the closed scheduler)."""
 
     class ClosingStore(HeapQueue):
         armed = False

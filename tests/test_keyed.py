@@ -688,7 +688,7 @@ def test_a_wall_clock_that_steps_back_during_a_run_does_not_make_a_sound_key_inv
     assert info is not None and info.state is not KeyState.INVALID, info
 
 
-# -- found by the review of issue 14 -----------------------------------------------------------------------
+# -- next runs a key cannot keep, and upserts before there is a clock ---------------------------------------
 
 
 def test_a_next_run_that_does_not_advance_makes_the_key_invalid(d: Driver) -> None:
@@ -708,8 +708,37 @@ def test_a_next_run_that_does_not_advance_makes_the_key_invalid(d: Driver) -> No
     assert "not after the fire it follows" in (info.last_error or "")
 
 
+def test_datetimes_at_the_ends_of_the_range_make_the_key_invalid() -> None:
+    from zoneinfo import ZoneInfo
+
+    k = KeyedScheduler(Scheduler(ManualClock(0.0, wall=T0)), lambda now, key, data: data, print)
+    k.start()
+    k.upsert("max", datetime.max.replace(tzinfo=ZoneInfo("America/New_York")))
+    k.upsert("min", datetime.min.replace(tzinfo=timezone(timedelta(hours=1))))
+    snap = k.snapshot()  # used to raise "year 10000 is out of range" for every key
+    assert snap["max"].state is KeyState.INVALID and "out of the range" in (snap["max"].last_error or "")
+    assert snap["min"].state is KeyState.INVALID
+    k.close()
+
+
+def test_upsert_and_replace_all_without_a_clock_change_nothing() -> None:
+    """An AsyncScheduler made outside a loop and not started has no clock yet: upsert() and replace_all()
+    raise NotStartedError and leave the keys as they were (upsert used to add the key, DISABLED, first)."""
+    keyed = KeyedScheduler(AsyncScheduler(), every(10), print)
+    with pytest.raises(NotStartedError):
+        keyed.upsert("a", 1)
+    assert len(keyed) == 0 and keyed.get("a") is None
+    with pytest.raises(NotStartedError):
+        keyed.replace_all({"b": 2})
+    assert len(keyed) == 0 and keyed.get("b") is None
+
+
+# -- a run dropped by backpressure; close() from a run, and what close() lets go ----------------------------
+
+
 def test_a_run_dropped_by_backpressure_does_not_lose_its_key() -> None:
-    """Found in review: with DROP, the dropped key stayed PENDING with no timer, and never ran again."""
+    """With DROP, a key whose run is dropped stays PENDING, armed for its next point, and runs then (it
+    stayed PENDING with no timer, and never ran again)."""
     clock = ManualClock(100.0, wall=T0)
     gate = threading.Event()
     runs: list[str] = []
@@ -811,8 +840,12 @@ def test_close_unregisters_the_keys_from_the_engine() -> None:
     assert sched.calendar == 0 and sched.timers == 0
 
 
+# -- remove() and upsert() from on_state_change or a finalizer ----------------------------------------------
+
+
 def test_remove_or_upsert_from_on_state_change_supersedes_the_run(d: Driver) -> None:
-    """Found in review: remove() from on_state_change(RUNNING) returned True, then the run started."""
+    """remove() from on_state_change(RUNNING) returns True and the run does not start (it returned True,
+    then the run started); an upsert() there supersedes the run: the new generation runs next."""
     runs: list[Any] = []
     removed: list[bool] = []
     keyed: list[KeyedScheduler] = []
@@ -865,17 +898,7 @@ def test_a_finalizer_that_upserts_the_same_key_leaves_one_timer() -> None:
     assert sched.timers == 0
 
 
-def test_datetimes_at_the_ends_of_the_range_make_the_key_invalid() -> None:
-    from zoneinfo import ZoneInfo
-
-    k = KeyedScheduler(Scheduler(ManualClock(0.0, wall=T0)), lambda now, key, data: data, print)
-    k.start()
-    k.upsert("max", datetime.max.replace(tzinfo=ZoneInfo("America/New_York")))
-    k.upsert("min", datetime.min.replace(tzinfo=timezone(timedelta(hours=1))))
-    snap = k.snapshot()  # used to raise "year 10000 is out of range" for every key
-    assert snap["max"].state is KeyState.INVALID and "out of the range" in (snap["max"].last_error or "")
-    assert snap["min"].state is KeyState.INVALID
-    k.close()
+# -- runs that overlap, and when AFTER_FINISH and BEFORE_RUN plan the next ----------------------------------
 
 
 def overlap_counter() -> tuple[Callable[[Any, Any], None], threading.Event, list[int], list[int], list[Any]]:
@@ -972,18 +995,6 @@ def test_before_run_states_while_runs_overlap_and_when_next_run_ends_the_key() -
     sched2.run_pending()
     assert seen == [(KeyState.RUNNING, True)]
     assert k2.get("b").state is KeyState.DISABLED  # type: ignore[union-attr]
-
-
-def test_upsert_and_replace_all_without_a_clock_change_nothing() -> None:
-    """An AsyncScheduler made outside a loop and not started has no clock yet: upsert() and replace_all()
-    raise NotStartedError and leave the keys as they were (upsert used to add the key, DISABLED, first)."""
-    keyed = KeyedScheduler(AsyncScheduler(), every(10), print)
-    with pytest.raises(NotStartedError):
-        keyed.upsert("a", 1)
-    assert len(keyed) == 0 and keyed.get("a") is None
-    with pytest.raises(NotStartedError):
-        keyed.replace_all({"b": 2})
-    assert len(keyed) == 0 and keyed.get("b") is None
 
 
 def test_after_finish_counts_from_when_the_run_returned_not_from_a_wait_for_the_lock() -> None:

@@ -149,6 +149,46 @@ def test_rule2_rearm_counts_as_scheduled_at_that_moment(make: MakeSched, clock: 
     assert log.names == ["r", "early", "r", "late"]
 
 
+def test_rule2_rearm_after_the_job_returned(make: MakeSched) -> None:
+    """A probe every 3 s schedules a follow-up in 3 s; the follow-up, scheduled during the job, is due with
+    the probe's next run and runs first (the re-arm comes after the job)."""
+    clock = ManualClock(0.0)
+    s = make(clock)
+    log: list[tuple[str, float]] = []
+
+    def probe() -> None:
+        log.append(("probe", clock()))
+        s.schedule(3, lambda: log.append(("follow-up", clock())))
+
+    s.schedule(3, probe, 3)
+    for _ in range(3):
+        clock.advance(3)
+        s.run_pending()
+    assert log == [
+        ("probe", 3.0),
+        ("follow-up", 6.0),
+        ("probe", 6.0),
+        ("follow-up", 9.0),
+        ("probe", 9.0),
+    ]
+
+
+def test_rule2_a_driver_rearms_when_it_takes_the_run(make: MakeSched, clock: ManualClock) -> None:
+    s = make(clock)
+    seen: list[float | None] = []
+
+    class HandsOver(HoldingExecutor):  # a driver handing the run over: the re-arm comes after this
+        def execute(self, run: Run) -> None:
+            seen.append(s.next_fire_time(run.task_id))
+            run.start()
+
+    tid = s.schedule(1, print, 1.0)
+    clock.advance(1)
+    assert s.drain(clock(), HandsOver(s, clock)) == 1
+    assert seen == [None] and s.next_fire_time(tid) == 102.0
+    assert s.stats().running == 1 and s.stats().executed == 1
+
+
 # -- rule 3: one-shots, recurring, missed runs -------------------------------------------------------
 
 
@@ -618,7 +658,8 @@ def test_args_and_kwargs(make: MakeSched, clock: ManualClock) -> None:
 
 
 def test_clock_that_steps_back_never_runs_a_task_early(make: MakeSched) -> None:
-    """Issue 11, item 10: after a step back, a new task ran at once (its due was already past)."""
+    """After the clock steps back, a new task waits its full delay on the clock (it ran at once: its due
+    was already past)."""
     now = [10.0]
     s = make(lambda: now[0])
     log: list[str] = []
@@ -705,7 +746,7 @@ def test_recurring_task_moved_to_now_by_a_job_waits_for_the_next_call(
     assert log.names == ["rec", "rec"]
 
 
-# -- regressions found in review ---------------------------------------------------------------------
+# -- a task deferred to the next call, then cancelled or moved again ---------------------------------
 
 
 def test_deferred_task_cancelled_later_in_the_call_stays_cancelled(
@@ -746,6 +787,9 @@ def test_deferred_task_rescheduled_later_in_the_call_is_armed_once(
     assert s.stats().pending == 1 and len(s.pending()) == 1
 
 
+# -- intervals below the clock's resolution, run late ------------------------------------------------
+
+
 def test_skip_grid_with_interval_below_clock_resolution_terminates(make: MakeSched) -> None:
     s = make(ManualClock(1e9))
     tid = s.schedule(0, print, 1e-300, missed=Missed.SKIP)
@@ -758,7 +802,9 @@ def test_skip_grid_with_interval_below_clock_resolution_terminates(make: MakeSch
 def test_tiny_interval_when_late_runs_once_and_rearms_after_now(
     make: MakeSched, missed: Missed, interval: float, jump: float
 ) -> None:
-    """Issue 11, item 7: OverflowError from run_pending, then a zombie task (armed nowhere, never run)."""
+    """A recurring task with a tiny interval, late by many periods, runs once and is re-armed after now,
+    at a finite due (it raised OverflowError from run_pending, then was a zombie task: armed nowhere,
+    never run)."""
     clock = ManualClock(0.0)
     s = make(clock)
     ran: list[float] = []
@@ -775,48 +821,11 @@ def test_tiny_interval_when_late_runs_once_and_rearms_after_now(
     assert s.cancel(tid) and s.stats().pending == 0
 
 
-def test_rule2_rearm_after_the_job_returned(make: MakeSched) -> None:
-    """Issue 11, item 8 (seed 004): a probe every 3 s schedules a follow-up in 3 s; the follow-up, scheduled
-    during the job, is due with the probe's next run and runs first (the re-arm came after the job)."""
-    clock = ManualClock(0.0)
-    s = make(clock)
-    log: list[tuple[str, float]] = []
-
-    def probe() -> None:
-        log.append(("probe", clock()))
-        s.schedule(3, lambda: log.append(("follow-up", clock())))
-
-    s.schedule(3, probe, 3)
-    for _ in range(3):
-        clock.advance(3)
-        s.run_pending()
-    assert log == [
-        ("probe", 3.0),
-        ("follow-up", 6.0),
-        ("probe", 6.0),
-        ("follow-up", 9.0),
-        ("probe", 9.0),
-    ]
-
-
-def test_rule2_a_driver_rearms_when_it_takes_the_run(make: MakeSched, clock: ManualClock) -> None:
-    s = make(clock)
-    seen: list[float | None] = []
-
-    class HandsOver(HoldingExecutor):  # a driver handing the run over: the re-arm comes after this
-        def execute(self, run: Run) -> None:
-            seen.append(s.next_fire_time(run.task_id))
-            run.start()
-
-    tid = s.schedule(1, print, 1.0)
-    clock.advance(1)
-    assert s.drain(clock(), HandsOver(s, clock)) == 1
-    assert seen == [None] and s.next_fire_time(tid) == 102.0
-    assert s.stats().running == 1 and s.stats().executed == 1
+# -- executed and dropped runs; an observer's KeyboardInterrupt; run_pending() from a job ------------
 
 
 def test_executed_counts_runs_started(make: MakeSched, clock: ManualClock) -> None:
-    """Issue 11, item 9 (lib-x/timewheel's Executed): a run counts as executed once its job has started."""
+    """A run counts as executed once its job has started (as lib-x/timewheel's Executed)."""
     s = make(clock)
     during: list[Stats] = []
     s.schedule(1, lambda: during.append(s.stats()))
@@ -868,7 +877,7 @@ def test_run_pending_from_a_job_is_refused(make: MakeSched, clock: ManualClock) 
     assert s.run_pending() == 1  # the refusal left the scheduler usable
 
 
-# -- found by the review of the one engine (issue 12) ---------------------------------------------------
+# -- drain(): finalizers that cancel as a run is made, timers it holds, what an interrupt leaves -----
 
 
 class _Recorded(Timer):
@@ -988,6 +997,9 @@ def test_what_a_keyboard_interrupt_leaves_due_keeps_its_order(make: MakeSched, c
     assert log == ["task B", "timer T", "task C"]
 
 
+# -- forget() of a live task's run, a store ahead of the clock, sleep_time() of any reading ----------
+
+
 class _Holding:
     """A driver that takes runs and starts them later (they wait in `runs`)."""
 
@@ -1042,14 +1054,120 @@ def test_the_default_sleep_time_takes_any_real_reading() -> None:
     assert FunctionClock(lambda: Decimal("3")).sleep_time(2.0) == 0.0
 
 
-# -- issue 25 --------------------------------------------------------------------------------------------
+# -- cancelling a one-shot while it runs -------------------------------------------------------------
+
+
+def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(
+    make: MakeSched, clock: ManualClock
+) -> None:
+    """A one-shot job cancelling its own task gets True (it got False: a one-shot that had started counted
+    as finished). It is running, not finished: True once, then False; it is counted, and it never runs
+    again; once its run has finished, cancel() says False."""
+    s = make(clock)
+    seen: list[bool] = []
+
+    def job() -> None:
+        seen.extend((s.cancel(tid), s.cancel(tid), s.reschedule(tid, 0.0)))
+
+    tid = s.schedule(1, job)
+    later = s.schedule(2, print)
+    clock.advance(1)
+    assert s.run_pending() == 1
+    assert seen == [True, False, False]
+    stats = s.stats()
+    assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (1, 1, 0, 1)
+    clock.advance(10)
+    assert s.run_pending() == 1 and len(seen) == 3  # `later` ran; the cancelled one-shot did not
+    assert s.cancel(later) is False  # its run has finished
+    assert s.cancel(tid) is False and s.stats().cancelled == 1
+
+
+def test_a_running_one_shot_cancelled_by_the_driver_is_cancelled(make: MakeSched, clock: ManualClock) -> None:
+    """Under a driver: cancel() of a one-shot whose run has started and not finished is True; the run
+    finishes as usual; the task does not come back (not pending, not rescheduled)."""
+    s = make(clock)
+    ex = HoldingExecutor(s, clock)
+    tid = s.schedule(1, print)
+    clock.advance(1)
+    assert ex.run_due() == 1 and s.stats().running == 1
+    assert s.reschedule(tid, 1.0) is False  # started: no next run to move
+    assert s.cancel(tid) is True and s.cancel(tid) is False
+    ex.finish_all()
+    clock.advance(5)
+    assert ex.run_due() == 0 and s.pending() == [] and s.next_fire_time(tid) is None
+    stats = s.stats()
+    assert (stats.cancelled, stats.executed, stats.running) == (1, 1, 0)
+    done = s.schedule(1, print)
+    clock.advance(1)
+    ex.run_due()
+    ex.finish_all()
+    assert s.cancel(done) is False  # finished
+
+
+# -- warnings of slow tasks, and logging when the application configured none ------------------------
+
+
+def test_a_slow_recurring_task_is_warned_of_once_then_only_when_twice_as_slow(
+    make: MakeSched, clock: ManualClock, caplog: Any
+) -> None:
+    """The warning "task N ran X s, more than half its interval" is logged once per task, then again only
+    for a run at least twice as long as the last one logged; each task on its own (it was logged at every
+    run of a task that is always slow)."""
+    s = make(clock)
+    slow = {1: iter([0.6, 0.6, 0.7, 0.6, 1.3, 1.3, 2.0, 2.6]), 2: iter([0.6] * 8)}
+
+    def job(key: int) -> None:
+        clock.advance(next(slow[key]))
+
+    first = s.schedule(1, job, 1.0, args=(1,), mode=RepeatMode.FIXED_DELAY)
+    second = s.schedule(1, job, 1.0, args=(2,), mode=RepeatMode.FIXED_DELAY)
+    with caplog.at_level(logging.WARNING, logger="timerwheel"):
+        for _ in range(8):
+            clock.advance(1)
+            assert s.run_pending() == 2
+    said = [r.getMessage() for r in caplog.records if "more than half its interval" in r.getMessage()]
+    assert [m.split(" s,")[0] for m in said] == [
+        f"timerwheel: task {first} ran 0.600",
+        f"timerwheel: task {second} ran 0.600",
+        f"timerwheel: task {first} ran 1.300",
+        f"timerwheel: task {first} ran 2.600",
+    ]
+    assert all(r.name == "timerwheel" and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_nothing_reaches_logging_s_last_resort_handler_when_the_app_configured_none() -> None:
+    """With no logging configured, the scheduler's warnings and errors reach no handler (they went to
+    logging.lastResort, stderr, at every run). The library's logger has a NullHandler, added once at
+    import, as a library's should."""
+    import subprocess
+
+    nulls = [h for h in logging.getLogger("timerwheel").handlers if type(h) is logging.NullHandler]
+    assert len(nulls) == 1
+    child = (
+        "import logging\n"
+        "from timerwheel import Scheduler\n"
+        "from timerwheel.testing import ManualClock\n"
+        "clock = ManualClock()\n"
+        "s = Scheduler(clock)\n"
+        "s.schedule(1, lambda: clock.advance(0.6), 1.0)\n"
+        "s.schedule(1, lambda: 1 / 0)\n"
+        "for _ in range(3):\n"
+        "    clock.advance(1)\n"
+        "    s.run_pending()\n"
+        "assert not logging.getLogger().handlers and s.errors\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
+
+
+# -- stats(): running and queued runs, timers by kind, the deadlines of runs -------------------------
 
 
 def test_stats_running_counts_started_runs_and_queued_the_taken_ones(
     make: MakeSched, clock: ManualClock
 ) -> None:
-    """Issue 25, item 16: a run handed to a driver and not started yet was counted as running; it is
-    queued, and running once the driver starts it."""
+    """A run handed to a driver and not started yet is queued (it was counted as running), and running
+    once the driver starts it."""
     s = make(clock)
     runs: list[Run] = []
 
@@ -1074,106 +1192,6 @@ def test_stats_running_counts_started_runs_and_queued_the_taken_ones(
     assert (s.stats().running, s.stats().queued, s.stats().executed) == (0, 0, 2)
 
 
-def test_a_one_shot_that_cancels_itself_while_it_runs_is_cancelled(
-    make: MakeSched, clock: ManualClock
-) -> None:
-    """Issue 25, item 17 (seed 004): a one-shot job cancelling its own task got False (a one-shot that had
-    started counted as finished). It is running, not finished: True once, then False; it is counted,
-    and it never runs again; once its run has finished, cancel() says False."""
-    s = make(clock)
-    seen: list[bool] = []
-
-    def job() -> None:
-        seen.extend((s.cancel(tid), s.cancel(tid), s.reschedule(tid, 0.0)))
-
-    tid = s.schedule(1, job)
-    later = s.schedule(2, print)
-    clock.advance(1)
-    assert s.run_pending() == 1
-    assert seen == [True, False, False]
-    stats = s.stats()
-    assert (stats.cancelled, stats.executed, stats.running, stats.pending) == (1, 1, 0, 1)
-    clock.advance(10)
-    assert s.run_pending() == 1 and len(seen) == 3  # `later` ran; the cancelled one-shot did not
-    assert s.cancel(later) is False  # its run has finished
-    assert s.cancel(tid) is False and s.stats().cancelled == 1
-
-
-def test_a_running_one_shot_cancelled_by_the_driver_is_cancelled(make: MakeSched, clock: ManualClock) -> None:
-    """Issue 25, item 17, under a driver: cancel() of a one-shot whose run has started and not finished is
-    True; the run finishes as usual; the task does not come back (not pending, not rescheduled)."""
-    s = make(clock)
-    ex = HoldingExecutor(s, clock)
-    tid = s.schedule(1, print)
-    clock.advance(1)
-    assert ex.run_due() == 1 and s.stats().running == 1
-    assert s.reschedule(tid, 1.0) is False  # started: no next run to move
-    assert s.cancel(tid) is True and s.cancel(tid) is False
-    ex.finish_all()
-    clock.advance(5)
-    assert ex.run_due() == 0 and s.pending() == [] and s.next_fire_time(tid) is None
-    stats = s.stats()
-    assert (stats.cancelled, stats.executed, stats.running) == (1, 1, 0)
-    done = s.schedule(1, print)
-    clock.advance(1)
-    ex.run_due()
-    ex.finish_all()
-    assert s.cancel(done) is False  # finished
-
-
-def test_a_slow_recurring_task_is_warned_of_once_then_only_when_twice_as_slow(
-    make: MakeSched, clock: ManualClock, caplog: Any
-) -> None:
-    """Issue 25, item 18: "task N ran X s, more than half its interval" was logged at every run of a task
-    that is always slow. Once per task, then again only for a run at least twice as long as the last
-    one logged; each task on its own."""
-    s = make(clock)
-    slow = {1: iter([0.6, 0.6, 0.7, 0.6, 1.3, 1.3, 2.0, 2.6]), 2: iter([0.6] * 8)}
-
-    def job(key: int) -> None:
-        clock.advance(next(slow[key]))
-
-    first = s.schedule(1, job, 1.0, args=(1,), mode=RepeatMode.FIXED_DELAY)
-    second = s.schedule(1, job, 1.0, args=(2,), mode=RepeatMode.FIXED_DELAY)
-    with caplog.at_level(logging.WARNING, logger="timerwheel"):
-        for _ in range(8):
-            clock.advance(1)
-            assert s.run_pending() == 2
-    said = [r.getMessage() for r in caplog.records if "more than half its interval" in r.getMessage()]
-    assert [m.split(" s,")[0] for m in said] == [
-        f"timerwheel: task {first} ran 0.600",
-        f"timerwheel: task {second} ran 0.600",
-        f"timerwheel: task {first} ran 1.300",
-        f"timerwheel: task {first} ran 2.600",
-    ]
-    assert all(r.name == "timerwheel" and r.levelno == logging.WARNING for r in caplog.records)
-
-
-def test_nothing_reaches_logging_s_last_resort_handler_when_the_app_configured_none() -> None:
-    """Issue 25, item 18: with no logging configured, the scheduler's warnings and errors went to
-    logging.lastResort (stderr) at every run. The library's logger has a NullHandler, added once at
-    import, as a library's should."""
-    import subprocess
-
-    nulls = [h for h in logging.getLogger("timerwheel").handlers if type(h) is logging.NullHandler]
-    assert len(nulls) == 1
-    child = (
-        "import logging\n"
-        "from timerwheel import Scheduler\n"
-        "from timerwheel.testing import ManualClock\n"
-        "clock = ManualClock()\n"
-        "s = Scheduler(clock)\n"
-        "s.schedule(1, lambda: clock.advance(0.6), 1.0)\n"
-        "s.schedule(1, lambda: 1 / 0)\n"
-        "for _ in range(3):\n"
-        "    clock.advance(1)\n"
-        "    s.run_pending()\n"
-        "assert not logging.getLogger().handlers and s.errors\n"
-    )
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stderr) == (0, "")
-
-
 class _Key(_Recorded):
     kind = "keys"
 
@@ -1183,8 +1201,8 @@ class _Handle(_Recorded):
 
 
 def test_stats_count_the_armed_timers_by_kind(make: MakeSched, clock: ManualClock) -> None:
-    """Issue 25, item 20: plain timers (KeyedScheduler keys, AsyncScheduler handles, timeouts, sleeps) and
-    run deadlines were invisible in stats(). They are counted by their class's `kind`, as they are armed,
+    """stats() counts plain timers (KeyedScheduler keys, AsyncScheduler handles, timeouts, sleeps) and run
+    deadlines (they were invisible in it). They are counted by their class's `kind`, as they are armed,
     fired, cancelled and released; a timer of no kind of its own counts in `timers` only."""
     s = make(clock)
     log: list[Any] = []
@@ -1242,8 +1260,8 @@ def test_a_timer_subclassed_from_the_extension_api_is_the_engines_in_either_buil
 
 
 def test_stats_count_the_deadlines_of_runs_going_on(make: MakeSched, clock: ManualClock) -> None:
-    """Issue 25, item 20: a started run given a `timeout` has a deadline in the store: counted in
-    `deadlines` (and `timers`) until it finishes or times out; a run without one has none."""
+    """A started run given a `timeout` has a deadline in the store: counted in `deadlines` (and `timers`)
+    until it finishes or times out; a run without one has none."""
     s = make(clock)
     ex = HoldingExecutor(s, clock)
     s.schedule(1, print, options=RunOptions(timeout=5.0))
@@ -1270,8 +1288,8 @@ def test_stats_count_the_deadlines_of_runs_going_on(make: MakeSched, clock: Manu
 def test_a_timer_class_of_an_unknown_kind_is_refused_when_made(
     kind: Any, error: type[Exception], message: str
 ) -> None:
-    """Issue 25, item 20: a Timer subclass names its kind in a class attribute, checked once, when the
-    class is made (the engine reads it at every arm and disarm, unchecked)."""
+    """A Timer subclass names its kind in a class attribute, checked once, when the class is made (the
+    engine reads it at every arm and disarm, unchecked)."""
     with pytest.raises(error, match=message):
         type("Bad", (Timer,), {"__slots__": (), "kind": kind})
 
@@ -1281,7 +1299,7 @@ def test_a_timer_class_of_an_unknown_kind_is_refused_when_made(
 
 def test_a_task_id_given_as_an_int_subclass_is_found(make: MakeSched, clock: ManualClock) -> None:
     """A task id given as an int subclass (an IntEnum member) is the same id: it was not found, cancel()
-    said False and the task ran anyway. Found by a review of the task table."""
+    said False and the task ran anyway."""
     s = make(clock)
     ran: list[int] = []
     tid = s.schedule(5.0, ran.append, args=(1,))
@@ -1316,7 +1334,7 @@ def test_a_store_id_out_of_range_is_refused_naming_the_store(offset: int) -> Non
     """A timer store whose add_at() returns something that is not an id from 1 to 2**63 - 1 (-1, 0,
     2**63) raised SystemError or OverflowError ("delay is too far ahead") in the compiled engine and left
     the timer in the store: schedule() raises a TypeError naming the store's add_at, with nothing left
-    armed. Found by a review of the C timer ids."""
+    armed."""
     store = type("Shifted", (OwnIds,), {"OFFSET": offset})()
     s = Scheduler(ManualClock(), store=store)
     with pytest.raises(TypeError) as raised:
@@ -1336,7 +1354,7 @@ def test_a_store_s_own_ids_in_range_are_taken_as_they_are() -> None:
 def test_a_refused_reschedule_keeps_the_waiting_run_of_a_one_shot(clock: ManualClock) -> None:
     """reschedule() of a one-shot whose run waits in a driver, to a due the store cannot hold: the waiting
     run was forgotten before the store refused, so the task never ran again. The OverflowError leaves the
-    run waiting and counted. Found by a review of the task table."""
+    run waiting and counted."""
     s = Scheduler(clock)
     holding = _Holding()
     runs = holding.runs
@@ -1413,7 +1431,7 @@ def test_a_finalizer_that_cancels_a_one_shot_as_reschedule_wall_moves_it() -> No
     run the collector: a finalizer that cancelled the task there left it in the calendar set (calendar
     stayed 1 with nothing pending, the task and its job kept alive, a driver waking to watch the wall
     clock for it). The plan is made before the move, and the task joins the calendar only if it is still
-    live. Found by a review of the plan record; each allocation of the call is tried in turn."""
+    live. Each allocation of the call is tried in turn."""
     moved, calendar, pending = _reschedule_wall_with_garbage_made_at_the_clock_read()
     assert not (calendar and not pending), f"at the clock read: moved {moved}, calendar {calendar}"
     for pad in range(8):

@@ -6,7 +6,7 @@ only where no server binary exists.
 
 Sharing is about leases on the database's clock and processes that die, so most tests here read real
 time: each is marked `realtime`, with its tolerance justified beside it. The multi-process tests run for
-20 s under CI (as the issue asks) and 6 s otherwise.
+20 s under CI (as required of them) and 6 s otherwise.
 """
 
 from __future__ import annotations
@@ -314,7 +314,7 @@ def test_upsert_and_remove_reach_every_process_promptly(dsn: str) -> None:
     b.keyed.upsert("j", {"v": 2})  # a new generation, held by b from now on
     moved = wait_for(lambda: a.keyed.get("j") is None, 2.0, "a drops the key b replaced")
     assert b.keyed.get("j").data == {"v": 2}  # type: ignore[union-attr]
-    # The issue's bound is 100 ms on loopback; the assertion allows 2 s for a loaded CI machine (the
+    # The required bound is 100 ms on loopback; the assertion allows 2 s for a loaded CI machine (the
     # figure is measured by benchmarks/shared.py); the fences make a late one harmless.
     print(f"remove seen in {removed * 1000:.1f} ms, replace in {moved * 1000:.1f} ms")
     assert not b.keyed.remove("nothing")

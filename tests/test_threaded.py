@@ -353,7 +353,7 @@ def test_own_logger(clock: ManualClock, caplog: Any) -> None:
     assert any(r.name == "my.app.timers" for r in caplog.records)
 
 
-# -- issue 11: callbacks that close, callbacks that raise, clocks that fail, idle workers -------------
+# -- callbacks that close, callbacks that raise, clocks that fail, idle workers ----------------------
 
 
 def _settled_until(s: ThreadedScheduler, predicate: Any) -> None:
@@ -373,7 +373,8 @@ def _threads_of(s: ThreadedScheduler) -> list[threading.Thread]:
 @pytest.mark.parametrize("where", ["observer", "error_handler"])
 @pytest.mark.parametrize("how", ["close", "stop"])
 def test_close_or_stop_from_a_callback(clock: ManualClock, workers: int, where: str, how: str) -> None:
-    """Issue 11, item 3: close() from an observer or an error handler deadlocked (workers >= 1)."""
+    """close() or stop() from an observer or an error handler ends every thread and closes (close()
+    deadlocked there with workers >= 1)."""
     box: list[ThreadedScheduler] = []
     called: list[str] = []
 
@@ -404,7 +405,8 @@ class Boom(BaseException):
 def test_callbacks_that_raise_base_exceptions_never_kill_a_thread(
     clock: ManualClock, workers: int, raised: type[BaseException], caplog: Any
 ) -> None:
-    """Issue 11, item 4: a BaseException from an observer or an error handler killed the thread."""
+    """A BaseException from an observer or an error handler is logged and the thread goes on (it killed
+    the thread)."""
 
     def observer(event: JobEvent) -> None:
         raise raised("from the observer")
@@ -472,7 +474,8 @@ class FlakyClock(ManualClock):
 
 @pytest.mark.parametrize("bad", [RuntimeError("the clock broke"), math.nan, 1e300, "noon"])
 def test_one_bad_clock_reading_does_not_stop_the_driver(bad: Any, caplog: Any) -> None:
-    """Issue 11, item 5: one failing clock read killed the driver; the scheduler still said running."""
+    """One failing clock read is counted and retried; the driver goes on (it killed the driver, and the
+    scheduler still said running)."""
     clock = FlakyClock(50.0)
     ran: list[float] = []
     with caplog.at_level(logging.ERROR, logger="timerwheel"), ThreadedScheduler(clock=clock, workers=1) as s:
@@ -510,7 +513,8 @@ def test_a_clock_past_the_wheels_range_refuses_work(caplog: Any) -> None:
 
 @pytest.mark.parametrize("policy", list(Backpressure))
 def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backpressure) -> None:
-    """Issue 11, item 6: with workers=4, queue_size=1 and DROP, 20 runs due at once gave 1 run, 19 drops."""
+    """With workers=4, queue_size=1 and DROP, 20 runs due at once start 4 on the idle workers, queue 1 and
+    drop 15 (they gave 1 run, 19 drops)."""
     s = make(workers=4, queue_size=1, backpressure=policy)
     gate = Gate()
     inline: list[int] = []
@@ -544,7 +548,7 @@ def test_idle_workers_take_due_runs(make: Any, clock: ManualClock, policy: Backp
     assert stats.dropped == (15 if policy is Backpressure.DROP else 0)
 
 
-# -- found in review ------------------------------------------------------------------------------------
+# -- close() from stop()'s observer, schedule()'s clock failing, huge timeouts, workers at start -----
 
 
 def test_close_from_an_observer_that_stop_calls_on_the_callers_thread(clock: ManualClock) -> None:
@@ -624,8 +628,7 @@ def test_stress_every_task_runs_once_or_is_cancelled() -> None:
 
     Correctness only: every task ran at most once, and ran or was cancelled (cancel returned True), never
     neither; both only for a one-shot cancelled while its run went on, which cancel() still reports as
-    True (issue 25, item 17). Nothing is left pending at the end. Dues are 0 to 2 ms away, so cancels
-    race with runs.
+    True. Nothing is left pending at the end. Dues are 0 to 2 ms away, so cancels race with runs.
     """
     threads, per_thread = 8, 100_000
     ran = bytearray(threads * per_thread)
@@ -685,8 +688,8 @@ class BadSleepClock(ManualClock):
 
 @pytest.mark.parametrize("answer", [None, math.nan, -1.0, "soon"])
 def test_a_clock_whose_sleep_time_is_not_seconds_is_a_clock_error(answer: Any) -> None:
-    """Found in review: None killed the driver thread (nothing ran again, no error counted); NaN or a
-    negative number made it spin. Now each is a clock error: counted, logged, retried with back-off."""
+    """A sleep_time() answer of None killed the driver thread (nothing ran again, no error counted); NaN or
+    a negative number made it spin. Now each is a clock error: counted, logged, retried with back-off."""
     clock = BadSleepClock(50.0)
     clock.answer = answer
     s = ThreadedScheduler(clock=clock)
@@ -707,7 +710,8 @@ def test_a_clock_whose_sleep_time_is_not_seconds_is_a_clock_error(answer: Any) -
 
 
 def test_a_clock_that_cannot_subscribe_leaves_the_scheduler_new(clock: ManualClock) -> None:
-    """Found in review: start() raised, but the scheduler said running, with no driver thread."""
+    """A clock whose subscribe() fails: start() raises and the scheduler stays new (it said running, with
+    no driver thread)."""
 
     class Unsubscribable(ManualClock):
         def subscribe(self, callback: Any) -> None:
@@ -727,8 +731,8 @@ def test_a_clock_that_cannot_subscribe_leaves_the_scheduler_new(clock: ManualClo
 def test_cancelled_waiting_runs_leave_queued_and_take_no_room(
     make: Any, clock: ManualClock, policy: Backpressure
 ) -> None:
-    """Found in review: stats().queued still counted runs whose task was cancelled while they waited, and
-    they kept their place in the bounded queue (a live run was dropped for them)."""
+    """Runs whose task is cancelled while they wait leave stats().queued and the bounded queue (they were
+    still counted, and kept their place: a live run was dropped for them)."""
     s = make(workers=1, queue_size=1, backpressure=policy)
     gate = Gate()
     ran: list[str] = []
@@ -802,15 +806,15 @@ def test_the_engine_wakes_the_driver_exactly_when_it_must(make: Any, clock: Manu
     assert len({key for key, _, _ in ran}) == len(ran)  # none twice
 
 
-# -- issue 25 --------------------------------------------------------------------------------------------
+# -- stats(): running and queued runs ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("policy", list(Backpressure))
 def test_stats_running_counts_the_runs_executing_now_and_queued_the_waiting_ones(
     make: Any, clock: ManualClock, policy: Backpressure
 ) -> None:
-    """Issue 25, item 16 (seed 003): with workers=4, queue_size=1 and DROP, 20 runs due at once gave
-    stats().running == 5: the run waiting for a worker was counted as running too."""
+    """With workers=4, queue_size=1 and 20 runs due at once, stats().running is 4, the runs executing;
+    the run waiting for a worker is queued (with DROP it gave running == 5: it was counted as running)."""
     s = make(workers=4, queue_size=1, backpressure=policy)
     gate = Gate()
 
@@ -839,8 +843,8 @@ def test_stats_running_counts_the_runs_executing_now_and_queued_the_waiting_ones
 
 
 def test_stats_running_is_the_run_on_the_driver_thread(make: Any, clock: ManualClock) -> None:
-    """Issue 25, item 16, with workers=0: the job running on the driver thread is running, nothing is
-    queued, and the tasks due after it are neither."""
+    """With workers=0, the job running on the driver thread is running, nothing is queued, and the tasks
+    due after it are neither."""
     s = make(workers=0)
     seen: list[tuple[int, int]] = []
 
