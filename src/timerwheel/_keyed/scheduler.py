@@ -512,12 +512,7 @@ class KeyedScheduler:
             removed = [k for k in self._keys if k not in mapping]
             if t.shared:
                 return self._shared_keys.replace(changes, removed)
-            generations = t.store.replace([change.row for change in changes], removed)
-            for key in removed:
-                if key in self._keys:
-                    t.forget(key)
-            for change, generation in zip(changes, generations, strict=True):
-                t.changed(change, generation)
+            t.replaced(changes, removed, t.store.replace([change.row for change in changes], removed))
             return None
 
     def remove(self, key: Hashable) -> bool:

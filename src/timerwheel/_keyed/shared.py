@@ -99,12 +99,7 @@ class SharedKeys:
         seq = self.changing(keys)
 
         def apply(generations: list[int]) -> None:
-            for key in removed:
-                if self.applies(key, seq) and key in self.table.keys:
-                    self.table.forget(key)
-            for change, generation in zip(changes, generations, strict=True):
-                if self.applies(change.row.key, seq):
-                    self.table.changed(change, generation)
+            self.table.replaced(changes, removed, generations, lambda key: self.applies(key, seq))
 
         rows = [change.row for change in changes]
         return Pending(keys, seq, self.journal.changer().submit(self.table.store.replace, rows, None), apply)

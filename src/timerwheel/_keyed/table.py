@@ -297,6 +297,23 @@ class KeyTable:
         error = change.result if isinstance(change.result, BaseException) else None
         self.apply(rec, change.state, change.at, change.last_error, error)
 
+    def replaced(
+        self,
+        changes: list[Change],
+        removed: list[Hashable],
+        generations: list[int],
+        applies: Callable[[Hashable], bool] | None = None,
+    ) -> None:
+        """A replace_all() that the store committed, at `generations` (one per change): the removed keys
+        forgotten, the changes applied; with `applies` (a shared store's), only the keys it says (see
+        SharedKeys.applies: asked once for every key, in this order)."""
+        for key in removed:
+            if (applies is None or applies(key)) and key in self.keys:
+                self.forget(key)
+        for change, generation in zip(changes, generations, strict=True):
+            if applies is None or applies(change.row.key):
+                self.changed(change, generation)
+
     # -- runs ending ----------------------------------------------------------------------------------
 
     def settle(self, rec: Key) -> None:
