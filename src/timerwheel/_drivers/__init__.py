@@ -22,6 +22,9 @@ if TYPE_CHECKING:
         is_async,
         lifecycle_of,
         lock_of,
+        timeout_reschedule,
+        timeout_types,
+        timer_reset,
     )
 else:
     try:
@@ -37,6 +40,9 @@ else:
     is_async = _build.is_async
     lifecycle_of = _build.lifecycle_of
     lock_of = _build.lock_of
+    timeout_reschedule = _build.timeout_reschedule
+    timeout_types = _build.timeout_types
+    timer_reset = _build.timer_reset
 
 __all__ = [
     "CALENDAR_WAKE",
@@ -46,4 +52,7 @@ __all__ = [
     "is_async",
     "lifecycle_of",
     "lock_of",
+    "timeout_reschedule",
+    "timeout_types",
+    "timer_reset",
 ]

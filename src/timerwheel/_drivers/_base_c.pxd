@@ -10,6 +10,7 @@ cimport cython
 
 from timerwheel._engine._scheduler_c cimport Scheduler as _CScheduler
 
+cdef double _INF
 cdef object _NEW, _RUNNING, _AS_COROUTINE, _FUNCTION, _PLAIN_CALLABLES
 cdef long _CO_COROUTINE
 
@@ -20,6 +21,7 @@ cdef class _Hot:
     cdef public bint coroutines, locking, checks_caller, idle_hook, running, accepting
     cdef public object acquire, release
     cdef public object caller_loop
+    cdef public object loop, time
 
     cpdef sync(self, object state, object fault)
 
@@ -40,3 +42,11 @@ cdef _cancel(_Hot hot, object driver, object task_id)
 
 @cython.locals(engine=_CScheduler)
 cdef _reschedule(_Hot hot, object driver, object task_id, object delay)
+
+@cython.locals(hot=_Hot, engine=_CScheduler, due=double)
+cpdef bint timer_reset(object timer, object delay) except -1
+
+@cython.locals(hot=_Hot)
+cpdef timeout_reschedule(object timeout, object when)
+
+cdef bint _on_loop_thread(_Hot hot, object driver) except -1

@@ -24,7 +24,7 @@ from .._clock import Clock
 from .._engine import Run, Timer, TimerStore
 from .._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from .._validate import count, deadline, function, member
-from . import CALENDAR_WAKE, DriverBase
+from . import CALENDAR_WAKE, DriverBase, timeout_reschedule, timeout_types, timer_reset
 from .pools import TaskPool
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
@@ -48,7 +48,7 @@ class TimerHandle(Timer):
     when called from another thread while the loop runs.
     """
 
-    __slots__ = ("_args", "_callback", "_context", "_fallback", "_sched", "_state", "_store", "_when")
+    __slots__ = ("_args", "_callback", "_context", "_fallback", "_hot", "_sched", "_state", "_when")
     kind = "handles"  # (what stats() counts it as; the timeouts' and sleeps' own below)
 
     def __init__(
@@ -62,7 +62,7 @@ class TimerHandle(Timer):
         self.due = 0.0  # (Timer.__init__, inline: call_later's fast path makes one per call)
         self.id = None
         self._sched = sched
-        self._store = sched._engine.store
+        self._hot = sched._hot
         self._when = when
         self._callback = callback
         self._args = args
@@ -95,7 +95,7 @@ class TimerHandle(Timer):
                 sched._engine.cancel_timer(self)
             else:
                 self._discard()
-            if not len(self._store):  # (nothing left armed: the loop handle may go)
+            if not len(sched._engine.store):  # (nothing left armed: the loop handle may go)
                 sched._disarm_if_idle()
 
     def cancelled(self) -> bool:
@@ -103,39 +103,15 @@ class TimerHandle(Timer):
         self._sched._check_caller()
         return self._state == _CANCELLED
 
-    def reset(self, delay: float) -> bool:
-        """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+    reset = timer_reset  # (compiled in the build: its common case costs no Python frame; see _reset)
+    """reset(delay) -> bool: move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+    True if it was pending and moved; False (nothing changes) if it already ran or was cancelled. Raises
+    TypeError (delay not a number), ValueError (NaN), RuntimeError (another thread while the loop runs)."""
 
-        Returns:
-            True if it was pending and moved; False (and nothing changes) if it already ran or was cancelled.
-
-        Raises:
-            TypeError: delay is not a number. ValueError: delay is NaN.
-            RuntimeError: called from another thread while the loop runs.
-        """
+    def _reset(self, delay: float) -> bool:
+        """reset(delay) where it is not the common case (another thread, a closed scheduler, a delay that
+        is not a finite float): the same result, slower."""
         sched = self._sched
-        timer_id = self.id
-        if (
-            timer_id is not None
-            and type(delay) is float
-            and (
-                sched._loop._thread_id == get_ident()  # type: ignore[attr-defined]
-                if sched._exact
-                else get_ident() == sched._thread
-            )
-        ):
-            # The keep-alive reset, first and lean: the live entry moves in place in the store; the loop
-            # is left alone unless it moves earlier than our one loop handle.
-            due = sched._time() + delay
-            try:
-                moved = self._store.reschedule_at(timer_id, due)
-            except (ValueError, OverflowError):  # NaN, infinite or too far: the general path below
-                moved = False
-            if moved:
-                self._when = self.due = due
-                if due < sched._armed:
-                    sched._arm(due)
-                return True
         sched._check_caller()
         if self._state != _PENDING:
             return False
@@ -193,6 +169,9 @@ class _TimeoutHandle(TimerHandle):
     kind = "timeouts"
 
 
+timeout_types(_TimeoutHandle, _ENTERED)
+
+
 class _SleepHandle(TimerHandle):
     """The wheel entry of a sleep(): counted apart in stats().sleeps."""
 
@@ -238,37 +217,13 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
         self._sched._check_caller()
         return super().expired()
 
-    def reschedule(self, when: float | None) -> None:
-        """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout).
+    reschedule = timeout_reschedule  # (compiled in the build: its common case costs no Python frame)
+    """reschedule(when): move the deadline to the loop time `when`, or disable it with None (as asyncio's).
+    A later deadline moves the wheel entry in place, O(1). RuntimeError from another thread while the loop
+    runs."""
 
-        Raises:
-            RuntimeError: called from another thread while the loop runs.
-        """
-        handle = self._timeout_handler
-        if (
-            type(handle) is _TimeoutHandle
-            and handle.id is not None
-            and type(when) is float
-            and self._state is _ENTERED
-        ):
-            # The keep-alive reset, first and lean: a live wheel entry (so the scheduler is running) moves
-            # in place; nothing is allocated and the loop is not touched unless the deadline moves earlier
-            # than our loop handle.
-            sched = handle._sched
-            if (
-                sched._loop._thread_id == get_ident()  # type: ignore[attr-defined]
-                if sched._exact
-                else get_ident() == sched._thread
-            ) and when > sched._time():
-                try:
-                    moved = handle._store.reschedule_at(handle.id, when)
-                except (ValueError, OverflowError, TypeError):  # NaN, too far, not a number: see below
-                    moved = False
-                if moved:
-                    self._when = handle._when = handle.due = when
-                    if when < sched._armed:
-                        sched._arm(when)
-                    return
+    def _reschedule_slow(self, when: float | None) -> None:
+        """reschedule(when) where it is not the common case: the thread check, then _reschedule()."""
         self._sched._check_caller()
         self._reschedule(when)
 
@@ -446,6 +401,9 @@ class AsyncScheduler(DriverBase):
         # place of our _check_caller(), so not for a subclass that overrides it again.
         ours = type(self)._check_caller is AsyncScheduler._check_caller
         self._caller_loop = self._hot.caller_loop = loop if self._exact and ours else None
+        # (the compiled moves of handles and timeouts: see base._on_loop_thread)
+        self._hot.loop = loop if ours else None
+        self._hot.time = now
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING
         )
@@ -545,6 +503,15 @@ class AsyncScheduler(DriverBase):
             NotStartedError: before start(). RuntimeError: not called on the scheduler's loop.
             TypeError, ValueError: delay is not a number (or is NaN).
         """
+        loop = self._caller_loop
+        if (  # the common case first, checked inline: a float delay, running, on the loop's thread
+            loop is not None
+            and type(delay) is float
+            and delay == delay  # (not NaN)
+            and self._state is _RUNNING
+            and loop._thread_id == get_ident()
+        ):
+            return Timeout(self._time() + delay, self)
         loop = self._timeout_loop()
         if _get_running_loop() is not loop:
             raise RuntimeError("sched.timeout() must be called on the scheduler's running event loop")

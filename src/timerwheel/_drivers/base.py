@@ -47,6 +47,7 @@ __all__ = ["CALENDAR_WAKE", "DriverBase", "Lifecycle", "is_async"]
 CALENDAR_WAKE = 30.0
 
 
+_INF = math.inf
 _NEW, _RUNNING = Lifecycle.NEW, Lifecycle.RUNNING  # (a global read is cheaper than the class attribute)
 _AS_COROUTINE = RunOptions(coroutine=True)  # the options of every coroutine job without others (frozen)
 
@@ -399,9 +400,11 @@ class _Hot:
         "engine",
         "idle_hook",
         "locking",
+        "loop",
         "missed",
         "release",
         "running",
+        "time",
     )
 
     def __init__(
@@ -423,6 +426,10 @@ class _Hot:
         self.acquire, self.release = lock.acquire, lock.release
         self.caller_loop: Any = None  # the driver's `_caller_loop`
         self.running = self.accepting = False  # new
+        # For the moves of an event loop driver's plain timers (timer_reset, timeout_reschedule): its loop
+        # (None: those moves take their slow path) and its clock's reader.
+        self.loop: Any = None
+        self.time: Callable[[], float] | None = None
 
     def sync(self, state: Lifecycle, fault: BaseException | None) -> None:
         """The driver's state or clock fault changed."""
@@ -553,6 +560,105 @@ def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bo
     finally:
         if locking:
             hot.release()
+
+
+# -- the keep-alive moves of the plain timers an event loop driver hands out (AsyncScheduler's TimerHandle
+# and Timeout), compiled here beside the engine they call as C. Each is its class's method itself (a
+# compiled function binds as a method), so a call costs no Python frame; what is not the common case
+# goes to the class's own Python code.
+
+
+def timer_reset(timer: Any, delay: float) -> bool:
+    """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+
+    Nothing is allocated, and the loop is not touched unless the timer moves earlier than the
+    scheduler's one loop handle.
+
+    Returns:
+        True if it was pending and moved; False (and nothing changes) if it already ran or was cancelled.
+
+    Raises:
+        TypeError: delay is not a number. ValueError: delay is NaN.
+        RuntimeError: called from another thread while the loop runs.
+    """
+    # (TimerHandle.reset itself. The common case here: a float delay, on the loop's thread, the entry
+    # moved in place by the engine; anything else is TimerHandle._reset, the same result, slower.)
+    hot: _Hot = timer._hot
+    if type(delay) is float and _on_loop_thread(hot, timer._sched):
+        engine = hot.engine
+        due = hot.time() + delay  # type: ignore[misc]
+        try:
+            moved = engine.move_timer(timer, due)
+        except (ValueError, OverflowError):  # NaN, infinite or too far: the general path
+            moved = False
+        if moved:
+            timer._when = due
+            return True
+    return bool(timer._reset(delay))
+
+
+def timeout_reschedule(timeout: Any, when: float | None) -> None:
+    """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout).
+
+    A deadline later than now moves the timeout's wheel entry in place (O(1), nothing allocated; the
+    loop is not touched unless it moves earlier than the scheduler's one loop handle).
+
+    Raises:
+        RuntimeError: called from another thread while the loop runs.
+    """
+    # (Timeout.reschedule itself. The common case here: an entered timeout, a float later than now, on
+    # the loop's thread; anything else is Timeout._reschedule_slow.)
+    if type(when) is float and timeout._state is _entered:
+        handle = timeout._timeout_handler
+        if type(handle) is _timeout_handle:  # moved: its wheel entry moves in place
+            hot: _Hot = handle._hot
+            if _on_loop_thread(hot, handle._sched) and when > hot.time():  # type: ignore[misc]
+                try:
+                    moved = hot.engine.move_timer(handle, when)
+                except (ValueError, OverflowError):  # NaN or too far: the general path
+                    moved = False
+                if moved:
+                    timeout._when = handle._when = when
+                    return
+        elif handle is None:  # entered (asyncio's __aenter__ calls reschedule): its wheel entry is made
+            sched = timeout._sched
+            hot = sched._hot
+            if hot.running and _on_loop_thread(hot, sched) and hot.time() < when < _INF:  # type: ignore[misc]
+                handle = _timeout_handle(sched, when, timeout._on_timeout)
+                try:
+                    hot.engine.add_timer(handle, when)
+                except OverflowError:  # beyond the store's range: the general path (never)
+                    pass
+                else:
+                    timeout._when = when
+                    timeout._timeout_handler = handle
+                    return
+    timeout._reschedule_slow(when)
+
+
+def _on_loop_thread(hot: _Hot, driver: Any) -> bool:
+    """Whether the caller is on the thread of the driver's loop, as far as the fast paths may tell: for
+    asyncio's loops, the thread the loop runs on (its `_thread_id`); for others (uvloop), the thread the
+    driver last saw it run on. False sends the caller to the slow path, which checks in full (and raises).
+    (Not asyncio's _get_running_loop(): on Python 3.11 it costs a getpid() system call while a loop runs.)
+    """
+    loop = hot.loop
+    if loop is None:  # not bound, or a driver whose _check_caller() is its own
+        return False
+    if hot.caller_loop is not None:
+        return bool(loop._thread_id == get_ident())
+    return bool(get_ident() == driver._thread)
+
+
+_timeout_handle: Any = None  # (see timeout_types: until it is called, no timeout takes the fast path)
+_entered: Any = None
+
+
+def timeout_types(handle_class: type, entered: Any) -> None:
+    """Tell timeout_reschedule() the class of a Timeout's wheel entry and the state of an entered asyncio
+    Timeout (the asyncio driver does, when it is imported: this module imports no asyncio)."""
+    global _timeout_handle, _entered
+    _timeout_handle, _entered = handle_class, entered
 
 
 def _uninitialised(driver: DriverBase) -> AttributeError:

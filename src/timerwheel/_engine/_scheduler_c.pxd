@@ -131,6 +131,7 @@ cdef class _Engine:
     @cython.locals(kind="Py_ssize_t")
     cpdef add_timer(self, object timer, double due)
 
+    @cython.locals(timer_id=object)
     cpdef move_timer(self, object timer, double due)
 
     @cython.locals(kind="Py_ssize_t")
