@@ -95,7 +95,9 @@ def _on_loop(body: Callable[..., None], n: int) -> None:
     async def main() -> None:
         s = AsyncScheduler()
         s.start()
-        body(s, n)
+        done = body(s, n)
+        if asyncio.iscoroutine(done):
+            await done
         await s.close()
 
     loop = asyncio.new_event_loop()
@@ -130,6 +132,58 @@ def _async_reset(s: object, n: int) -> None:
     handles = [s.call_later(1000 + i, noop) for i in range(1000)]  # type: ignore[attr-defined]
     for i in range(n):
         handles[i % 1000].reset(3000.0)
+
+
+class _Conn:
+    """A connection that keeps its own idle deadline, as aiohttp's keep-alive does."""
+
+    __slots__ = ("close_at",)
+
+    def __init__(self) -> None:
+        self.close_at = 0.0
+
+
+def _hand_kept(s: object, n: int) -> None:
+    """aiohttp's hand-kept deadline: a reset only stores loop.time() + idle (one loop timer, not counted,
+    re-arms itself when it fires early)."""
+    loop = asyncio.get_running_loop()
+    conns = [_Conn() for _ in range(1000)]
+    for i in range(n):
+        conns[i % 1000].close_at = loop.time() + 3000.0
+
+
+def _asyncio_reset(s: object, n: int) -> None:
+    """asyncio's keep-alive reset: cancel the handle, call_later anew."""
+    loop = asyncio.get_running_loop()
+    handles = [loop.call_later(1000 + i, noop) for i in range(1000)]
+    for i in range(n):
+        j = i % 1000
+        handles[j].cancel()
+        handles[j] = loop.call_later(3000.0, noop)
+
+
+def _timeout_reschedule(s: object, n: int, timeout: Callable[[float], Any]) -> None:
+    loop = asyncio.get_running_loop()
+    cms = [timeout(1000.0 + i) for i in range(1000)]
+    for cm in cms:
+        cm._state = asyncio.timeouts._State.ENTERED  # entered, as `async with` leaves it (no task needed)
+        cm._task = asyncio.current_task()
+        cm.reschedule(cm.when())
+    for i in range(n):
+        cms[i % 1000].reschedule(loop.time() + 3000.0)
+    for cm in cms:
+        cm.reschedule(None)
+
+
+async def _timeout_enter(s: object, n: int, timeout: Callable[[float], Any]) -> None:
+    """`async with timeout(d): pass`, a deadline that never fires, entered and left by the running task,
+    with 1,000 timers pending after it on the loop's timers (asyncio's) or the wheel (ours)."""
+    call_later = asyncio.get_running_loop().call_later if timeout is asyncio.timeout else s.call_later  # type: ignore[attr-defined]
+    for i in range(1000):
+        call_later(1000 + i, noop)
+    for _ in range(n):
+        async with timeout(50.0):
+            pass
 
 
 def _keyed(every: float) -> tuple[Any, Any, Any]:
@@ -181,6 +235,12 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
     "async-jobs-reschedule": lambda n: _on_loop(_async_reschedule, n),
     "async-call-later": lambda n: _on_loop(_async_call_later, n),
     "async-handle-reset": lambda n: _on_loop(_async_reset, n),
+    "async-hand-kept": lambda n: _on_loop(_hand_kept, n),
+    "async-asyncio-reset": lambda n: _on_loop(_asyncio_reset, n),
+    "async-timeout-reschedule": lambda n: _on_loop(lambda s, n: _timeout_reschedule(s, n, s.timeout), n),
+    "async-asyncio-timeout": lambda n: _on_loop(lambda s, n: _timeout_reschedule(s, n, asyncio.timeout), n),
+    "async-timeout-enter": lambda n: _on_loop(lambda s, n: _timeout_enter(s, n, s.timeout), n),
+    "async-asyncio-timeout-enter": lambda n: _on_loop(lambda s, n: _timeout_enter(s, n, asyncio.timeout), n),
     "keyed-upsert": keyed_upsert,
     "keyed-get": keyed_get,
     "keyed-fire": keyed_fire,

@@ -355,6 +355,48 @@ class UvLoop(Loop):
         return ran.count
 
 
+class _Connection:
+    """What the hand-kept pattern keeps per connection: its own idle deadline."""
+
+    __slots__ = ("close_at",)
+
+    def __init__(self, close_at: float) -> None:
+        self.close_at = close_at
+
+
+class HandKept(Loop):
+    """aiohttp's keep-alive: a reset stores close_at = loop.time() + idle; one loop timer per connection,
+    armed at the first deadline, re-arms itself at close_at when it fires early (not measured here)."""
+
+    name, title = "hand-kept", "hand-kept deadline, aiohttp's pattern (stdlib loop)"
+    note = "hand-kept: a reset stores loop.time() + delay; it has no timer of its own to add or cancel."
+
+    def build(self, n: int) -> None:
+        self.loop = loop = self._loop(virtual=True)
+        now = loop.time()
+        self.items = [_Connection(now + FAR + i * (FAR / n)) for i in range(n)]
+
+    def schedule_cancel(self, ops: int) -> None:
+        raise Unsupported("a deadline kept by hand is not added or cancelled")
+
+    def reset(self, ops: int) -> None:
+        items, time = self.items, self.loop.time
+
+        def body(k: int) -> None:
+            for i in self._cursor(k):
+                items[i].close_at = time() + self.later
+
+        self._run(body, ops)
+
+    def schedule_expire(self, n: int) -> int:
+        raise Unsupported("a deadline kept by hand is not added or cancelled")
+
+    def close(self) -> None:
+        loop = getattr(self, "loop", None)
+        if loop is not None:
+            loop.close()
+
+
 class Async(Loop):
     name, title, module = "AsyncScheduler", "timerwheel AsyncScheduler.call_later (stdlib loop)", "timerwheel"
     note = "asyncio, AsyncScheduler: schedule_expire runs on a virtual-time loop (asyncio's own code)."
@@ -413,6 +455,45 @@ class Async(Loop):
         if loop is not None:
             loop.run_until_complete(self.sched.close())
             loop.close()
+
+
+class _OnUvloop:
+    """A mixin: the competitor on a uvloop loop (real time: it has no virtual clock)."""
+
+    def version(self) -> str:
+        import uvloop
+
+        return f"{super().version()}, uvloop {getattr(uvloop, '__version__', '?')}"  # type: ignore[misc]
+
+    def _loop(self, virtual: bool) -> asyncio.AbstractEventLoop:
+        import uvloop
+
+        return uvloop.new_event_loop()
+
+
+class UvHandKept(_OnUvloop, HandKept):
+    name, title = "hand-kept-uvloop", "hand-kept deadline, aiohttp's pattern (uvloop)"
+    note = ""
+
+
+class UvAsync(_OnUvloop, Async):
+    name, title = "AsyncScheduler-uvloop", "timerwheel AsyncScheduler.call_later (uvloop)"
+    note = "*-uvloop: on uvloop's real clock; schedule_expire adds timers due now, as for uvloop."
+
+    def schedule_expire(self, n: int) -> int:
+        loop, ran = self._loop(virtual=False), Counter()
+        try:
+            sched = self._start(loop)
+            done = loop.create_future()
+            call_later = sched.call_later
+            for _ in range(n):
+                call_later(0.0, ran)
+            call_later(0.0, done.set_result, None)  # (after them: equal dues run in the order added)
+            loop.run_until_complete(done)
+            loop.run_until_complete(sched.close())
+        finally:
+            loop.close()
+        return ran.count
 
 
 class AsyncJobs(Async):
@@ -542,6 +623,16 @@ class WheelTimeout(LoopTimeout):
         if loop is not None:
             loop.run_until_complete(self.sched.close())
             loop.close()
+
+
+class UvLoopTimeout(_OnUvloop, LoopTimeout):
+    name, title = "asyncio.timeout-uvloop", "asyncio.timeout (uvloop)"
+    note = ""
+
+
+class UvWheelTimeout(_OnUvloop, WheelTimeout):
+    name, title = "AsyncScheduler.timeout-uvloop", "timerwheel AsyncScheduler.timeout (uvloop)"
+    note = ""
 
 
 class Threaded(Competitor):
@@ -723,8 +814,13 @@ COMPETITORS: dict[str, type[Competitor]] = {
         AsyncJobs,
         Loop,
         UvLoop,
+        HandKept,
+        UvAsync,
+        UvHandKept,
         WheelTimeout,
         LoopTimeout,
+        UvWheelTimeout,
+        UvLoopTimeout,
         Threaded,
         Sched,
         Twisted,
