@@ -1814,3 +1814,107 @@ def test_a_loop_whose_call_at_reads_a_failing_clock(kind: str) -> None:
         await sched.close()
 
     run(main, loop)
+
+
+# -- the compiled common paths of reset, reschedule and entering a timeout: the same results as the rest --
+
+
+class _RefusingLoop(VirtualTimeLoop):
+    """A virtual loop whose call_at() raises OverflowError once when told to; whose time() fails when told."""
+
+    refuse = False
+    broken = False
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any, **kwargs: Any) -> Any:
+        if self.refuse:
+            self.refuse = False
+            raise OverflowError("call_at refused")
+        return super().call_at(when, callback, *args, **kwargs)
+
+    def time(self) -> float:
+        if self.broken:
+            raise OSError("clock broken")
+        return super().time()
+
+
+def test_a_reset_whose_loop_handle_cannot_be_armed_raises_and_the_timer_stays_moved() -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _RefusingLoop)
+        async with AsyncScheduler() as sched:
+            handle = sched.call_later(10.0, print)
+            loop.refuse = True
+            with pytest.raises(OverflowError, match="call_at refused"):
+                handle.reset(1.0)  # earlier than the loop handle: arming it fails
+            assert handle.when() == loop.time() + 1.0
+            async with sched.timeout(20.0) as cm:
+                loop.refuse = True
+                with pytest.raises(OverflowError, match="call_at refused"):
+                    cm.reschedule(loop.time() + 0.5)
+                assert cm.when() == loop.time() + 0.5
+            handle.cancel()
+
+    run(main, _RefusingLoop())
+
+
+def test_entering_a_timeout_whose_loop_handle_cannot_be_armed_leaves_no_stray_entry() -> None:
+    """Arming the loop handle fails as the timeout is entered: the wheel entry is still the timeout's, so
+    disabling the deadline takes it out, and nothing fires later."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _RefusingLoop)
+        async with AsyncScheduler() as sched:
+            start = loop.time()
+            loop.refuse = True
+            async with sched.timeout(5.0) as cm:
+                assert len(sched._engine.store) == 1
+                cm.reschedule(None)
+                assert len(sched._engine.store) == 0
+                await asyncio.sleep(10)
+            return loop.time() - start
+
+    assert run(main, _RefusingLoop()) == 10.0
+
+
+def test_a_reset_of_a_handle_that_is_not_pending_does_not_read_the_clock() -> None:
+    async def main() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _RefusingLoop)
+        async with AsyncScheduler() as sched:
+            cancelled = sched.call_later(10.0, print)
+            cancelled.cancel()
+            ran = sched.call_later(0.0, print)
+            await asyncio.sleep(1)
+            loop.broken = True
+            try:
+                return cancelled.reset(1.0), ran.reset(1.0)
+            finally:
+                loop.broken = False
+
+    assert run(main, _RefusingLoop()) == (False, False)
+
+
+@pytest.mark.skipif(uvloop is None, reason="uvloop is not installed (it is in the compare extra)")
+def test_on_uvloop_a_timeout_entered_on_another_loop_is_refused() -> None:
+    """The scheduler's uvloop loop has stopped; a task of another loop, on the same thread, enters one of
+    its timeouts: refused, as from another thread (uvloop records no thread of its own to compare)."""
+    assert uvloop is not None
+    ours = uvloop.new_event_loop()
+    sched = AsyncScheduler(loop=ours)
+
+    async def start() -> None:
+        sched.start()
+
+    ours.run_until_complete(start())
+
+    async def main() -> None:
+        with pytest.raises(RuntimeError, match="on its event loop"):
+            async with sched.timeout_at(ours.time() + 60.0):
+                pass
+
+    try:
+        asyncio.run(main())
+    finally:
+        ours.run_until_complete(sched.close())
+        ours.close()

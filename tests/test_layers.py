@@ -37,14 +37,9 @@ ALLOWED_PRIVATE = {
     ("_drivers.asyncio", "_thread_id"),
     ("_drivers.base", "_is_coroutine_marker"),
     # timer_reset and timeout_reschedule are methods of the asyncio driver's TimerHandle and Timeout,
-    # compiled in the base: their own slow paths and fields, and asyncio.Timeout's
-    ("_drivers.base", "_on_timeout"),
-    ("_drivers.base", "_reschedule_slow"),
-    ("_drivers.base", "_reset"),
+    # compiled in the base: a handle's driver, and the thread the driver last saw its loop on
     ("_drivers.base", "_sched"),
     ("_drivers.base", "_thread"),
-    ("_drivers.base", "_timeout_handler"),
-    ("_drivers.base", "_when"),
     ("_drivers.base", "_store"),
     ("_drivers.base", "_thread_id"),
     ("_engine.scheduler", "_add_id"),

@@ -22,6 +22,8 @@ cdef class _Hot:
     cdef public object acquire, release
     cdef public object caller_loop
     cdef public object loop, time
+    cdef public bint exact
+    cdef public double horizon
 
     cpdef sync(self, object state, object fault)
 
@@ -43,10 +45,10 @@ cdef _cancel(_Hot hot, object driver, object task_id)
 @cython.locals(engine=_CScheduler)
 cdef _reschedule(_Hot hot, object driver, object task_id, object delay)
 
-@cython.locals(hot=_Hot, engine=_CScheduler, due=double)
-cpdef bint timer_reset(object timer, object delay) except -1
+@cython.locals(hot=_Hot, due=double)
+cpdef bint timer_reset(object self, object delay) except -1
 
 @cython.locals(hot=_Hot)
-cpdef timeout_reschedule(object timeout, object when)
+cpdef timeout_reschedule(object self, object when)
 
 cdef bint _on_loop_thread(_Hot hot, object driver) except -1

@@ -402,7 +402,8 @@ class AsyncScheduler(DriverBase):
         ours = type(self)._check_caller is AsyncScheduler._check_caller
         self._caller_loop = self._hot.caller_loop = loop if self._exact and ours else None
         # (the compiled moves of handles and timeouts: see base._on_loop_thread)
-        self._hot.loop = loop if ours else None
+        self._hot.loop = loop
+        self._hot.exact = self._exact
         self._hot.time = now
         self._tasks = TaskPool(
             loop, self._limit, self._backpressure, lambda: self._state is Lifecycle.RUNNING

@@ -136,6 +136,7 @@ class DriverBase:
         engine = Scheduler(clock, **self._engine_kwargs)
         engine.bind(self)
         self._engine = self._hot.engine = engine
+        self._hot.horizon = engine.store.horizon
         return engine
 
     def __repr__(self) -> str:
@@ -398,6 +399,8 @@ class _Hot:
         "checks_caller",
         "coroutines",
         "engine",
+        "exact",
+        "horizon",
         "idle_hook",
         "locking",
         "loop",
@@ -427,9 +430,12 @@ class _Hot:
         self.caller_loop: Any = None  # the driver's `_caller_loop`
         self.running = self.accepting = False  # new
         # For the moves of an event loop driver's plain timers (timer_reset, timeout_reschedule): its loop
-        # (None: those moves take their slow path) and its clock's reader.
+        # (None: those moves take their slow path), whether the loop records its thread (`_thread_id`),
+        # its clock's reader, and the store's horizon (a due from there on is the slow path's).
         self.loop: Any = None
+        self.exact = False
         self.time: Callable[[], float] | None = None
+        self.horizon = 0.0
 
     def sync(self, state: Lifecycle, fault: BaseException | None) -> None:
         """The driver's state or clock fault changed."""
@@ -568,7 +574,7 @@ def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bo
 # goes to the class's own Python code.
 
 
-def timer_reset(timer: Any, delay: float) -> bool:
+def timer_reset(self: Any, delay: float) -> bool:
     """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
 
     Nothing is allocated, and the loop is not touched unless the timer moves earlier than the
@@ -581,23 +587,29 @@ def timer_reset(timer: Any, delay: float) -> bool:
         TypeError: delay is not a number. ValueError: delay is NaN.
         RuntimeError: called from another thread while the loop runs.
     """
-    # (TimerHandle.reset itself. The common case here: a float delay, on the loop's thread, the entry
-    # moved in place by the engine; anything else is TimerHandle._reset, the same result, slower.)
-    hot: _Hot = timer._hot
-    if type(delay) is float and _on_loop_thread(hot, timer._sched):
-        engine = hot.engine
+    # (TimerHandle.reset itself. The common case here: an armed timer, a float delay, on the loop's
+    # thread, a due the store takes, moved in place by the engine; anything else is TimerHandle._reset,
+    # the same result, slower.)
+    hot: _Hot = self._hot
+    if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
         due = hot.time() + delay  # type: ignore[misc]
-        try:
-            moved = engine.move_timer(timer, due)
-        except (ValueError, OverflowError):  # NaN, infinite or too far: the general path
-            moved = False
-        if moved:
-            timer._when = due
-            return True
-    return bool(timer._reset(delay))
+        if -_INF < due < hot.horizon:  # (NaN is not)
+            try:
+                moved = hot.engine.move_timer(self, due)
+            except BaseException as exc:
+                if self.due == due:  # moved, then arming the loop handle failed: it stays moved, as said
+                    self._when = due
+                    raise
+                if not isinstance(exc, (ValueError, OverflowError)):
+                    raise
+                moved = False  # the store refused the due: the general path
+            if moved:
+                self._when = due
+                return True
+    return bool(self._reset(delay))
 
 
-def timeout_reschedule(timeout: Any, when: float | None) -> None:
+def timeout_reschedule(self: Any, when: float | None) -> None:
     """Move the deadline to the loop time `when`, or disable it with None (as asyncio.Timeout).
 
     A deadline later than now moves the timeout's wheel entry in place (O(1), nothing allocated; the
@@ -606,34 +618,53 @@ def timeout_reschedule(timeout: Any, when: float | None) -> None:
     Raises:
         RuntimeError: called from another thread while the loop runs.
     """
-    # (Timeout.reschedule itself. The common case here: an entered timeout, a float later than now, on
-    # the loop's thread; anything else is Timeout._reschedule_slow.)
-    if type(when) is float and timeout._state is _entered:
-        handle = timeout._timeout_handler
+    # (Timeout.reschedule itself. The common case here: an entered timeout, a float later than now that
+    # the store takes, on the loop's thread; anything else is Timeout._reschedule_slow.)
+    if type(when) is float and self._state is _entered:
+        handle = self._timeout_handler
         if type(handle) is _timeout_handle:  # moved: its wheel entry moves in place
             hot: _Hot = handle._hot
-            if _on_loop_thread(hot, handle._sched) and when > hot.time():  # type: ignore[misc]
+            if (
+                handle.id is not None
+                and _on_loop_thread(hot, handle._sched)
+                and hot.time() < when < hot.horizon  # type: ignore[misc]
+            ):
                 try:
                     moved = hot.engine.move_timer(handle, when)
-                except (ValueError, OverflowError):  # NaN or too far: the general path
-                    moved = False
+                except BaseException as exc:
+                    if handle.due == when:  # moved, then arming the loop handle failed: as said
+                        self._when = handle._when = when
+                        raise
+                    if not isinstance(exc, (ValueError, OverflowError, TypeError)):
+                        raise
+                    moved = False  # the store refused the due: the general path
                 if moved:
-                    timeout._when = handle._when = when
+                    self._when = handle._when = when
                     return
         elif handle is None:  # entered (asyncio's __aenter__ calls reschedule): its wheel entry is made
-            sched = timeout._sched
+            sched = self._sched
             hot = sched._hot
-            if hot.running and _on_loop_thread(hot, sched) and hot.time() < when < _INF:  # type: ignore[misc]
-                handle = _timeout_handle(sched, when, timeout._on_timeout)
-                try:
+            loop = hot.caller_loop  # (asyncio's loops only: the loop's own record of its thread)
+            if (
+                hot.running
+                and loop is not None
+                and loop._thread_id == get_ident()
+                and hot.time() < when < hot.horizon  # type: ignore[misc]
+            ):
+                handle = _timeout_handle(sched, when, self._on_timeout)
+                self._when = when
+                self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
+                try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
                     hot.engine.add_timer(handle, when)
-                except OverflowError:  # beyond the store's range: the general path (never)
+                except OverflowError:  # as the general path does (AsyncScheduler._arm_timer)
                     pass
-                else:
-                    timeout._when = when
-                    timeout._timeout_handler = handle
-                    return
-    timeout._reschedule_slow(when)
+                return
+    self._reschedule_slow(when)
+
+
+# (what help() and tracebacks call them: the methods they are)
+timer_reset.__name__, timer_reset.__qualname__ = "reset", "TimerHandle.reset"
+timeout_reschedule.__name__, timeout_reschedule.__qualname__ = "reschedule", "Timeout.reschedule"
 
 
 def _on_loop_thread(hot: _Hot, driver: Any) -> bool:
@@ -643,9 +674,9 @@ def _on_loop_thread(hot: _Hot, driver: Any) -> bool:
     (Not asyncio's _get_running_loop(): on Python 3.11 it costs a getpid() system call while a loop runs.)
     """
     loop = hot.loop
-    if loop is None:  # not bound, or a driver whose _check_caller() is its own
+    if loop is None:  # not bound
         return False
-    if hot.caller_loop is not None:
+    if hot.exact:
         return bool(loop._thread_id == get_ident())
     return bool(get_ident() == driver._thread)
 
