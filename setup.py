@@ -60,7 +60,8 @@ def extensions() -> list[Extension]:
     # regenerate the engine's C when either .pxd is newer than it.
     pxds = ["src/timerwheel/_engine/_scheduler_c.pxd", "src/timerwheel/_core/_wheel_c.pxd"]
     stale = _newer("src/timerwheel/_engine/scheduler.c", *pxds)
-    stale_drivers = _newer("src/timerwheel/_drivers/base.c", "src/timerwheel/_drivers/_base_c.pxd", *pxds)
+    drivers_pxds = ["src/timerwheel/_drivers/_base_c.pxd", "src/timerwheel/_engine/__init__.pxd", *pxds]
+    stale_drivers = _newer("src/timerwheel/_drivers/base.c", *drivers_pxds)
     checked = {**directives, "nonecheck": True}
     return [
         *cythonize([core], compiler_directives=directives),

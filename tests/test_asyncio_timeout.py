@@ -11,8 +11,11 @@ uvloop) they are compared with times left out, and the deadlines in each scenari
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import math
 import re
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -639,6 +642,101 @@ def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
     from timerwheel._drivers import asyncio as _asyncio
 
     assert _asyncio._ENTERED is asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]
+
+
+def _base_build() -> Any:
+    """The build of the drivers' base in use (compiled or pure-Python)."""
+    from timerwheel import _drivers
+
+    return sys.modules[_drivers.DriverBase.__module__]
+
+
+async def _entered_by_a_coroutine() -> bool:
+    """Whether entering a timeout of a running AsyncScheduler is asyncio's coroutine (not the fast path)."""
+    async with AsyncScheduler() as sched:
+        cm = sched.timeout(LONG)
+        entering = cm.__aenter__()
+        made = inspect.iscoroutine(entering)
+        await entering
+        await cm.__aexit__(None, None, None)
+        return made
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_as_asyncio_where_asyncio_enters_without_noting_the_cancel_count(name: str) -> None:
+    """Where asyncio's own __aenter__ does not note task.cancelling() (as the compiled entry does), every
+    entry is asyncio's coroutine: the same transcripts."""
+    build = _base_build()
+    saved = build._asyncio
+    build.timeout_types(dataclasses.replace(saved, enter_notes_cancelling=False))
+    try:
+        loop = VirtualTimeLoop()
+        try:
+            assert loop.run_until_complete(_entered_by_a_coroutine())
+        finally:
+            loop.close()
+        theirs = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=False, exact=True)
+        ours = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=True, exact=True)
+    finally:
+        build.timeout_types(saved)
+    assert ours[-1] == ("our timers left", 0)
+    assert ours[:-1] == theirs
+
+
+def test_the_compiled_entry_is_taken_on_the_pythons_we_support() -> None:
+    """asyncio's __aenter__ notes the task's cancel count, and its __init__ sets nothing the compiled
+    __init__ does not: entering is no coroutine, and Timeout's __init__ is the base's."""
+    from timerwheel._drivers import asyncio as driver
+
+    assert _base_build()._asyncio.enter_notes_cancelling
+    assert driver.Timeout.__init__ is driver.timeout_init
+    loop = VirtualTimeLoop()
+    try:
+        assert not loop.run_until_complete(_entered_by_a_coroutine())
+    finally:
+        loop.close()
+
+
+def test_a_new_timeout_has_asyncio_s_attributes_and_its_scheduler() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            ours = vars(sched.timeout(1.0))
+            theirs = vars(asyncio.timeout(1.0))
+            assert ours.pop("_sched") is sched
+            assert ours.keys() == theirs.keys()
+            assert ours["_state"] is theirs["_state"] and ours["_when"] == theirs["_when"]
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def test_entering_a_timeout_outside_a_task_raises_as_asyncio_s() -> None:
+    """__aenter__ called in a plain callback (no task is current there): asyncio's error, from both."""
+    errors: list[str] = []
+
+    def enter(cm: Any) -> None:
+        entering = cm.__aenter__()
+        try:
+            entering.send(None)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    async def main() -> None:
+        async with AsyncScheduler() as sched:
+            loop = asyncio.get_running_loop()
+            loop.call_soon(enter, asyncio.timeout(1.0))
+            loop.call_soon(enter, sched.timeout(1.0))
+            await asyncio.sleep(0)
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert len(errors) == 2 and errors[0] == errors[1]
 
 
 def test_timeout_takes_every_number_sleep_takes() -> None:

@@ -32,16 +32,20 @@ ALLOWED_CYCLES = [
 
 # (module, name): a private name of another module that a module uses today.
 ALLOWED_PRIVATE = {
-    ("_drivers.asyncio", "_State"),
-    ("_drivers.asyncio", "_engine"),
     ("_drivers.asyncio", "_thread_id"),
     ("_drivers.base", "_is_coroutine_marker"),
-    # timer_reset and timeout_reschedule are methods of the asyncio driver's TimerHandle and Timeout,
-    # compiled in the base: a handle's driver, and the thread the driver last saw its loop on
-    ("_drivers.base", "_sched"),
+    # HandleBase is the asyncio driver's TimerHandle and timeout_reschedule its Timeout's reschedule,
+    # compiled in the base: they call their driver's own methods, as the driver's code does, and the
+    # driver hands a handle to the loop's own timers when it closes
+    ("_drivers.asyncio", "_fallback"),
+    ("_drivers.asyncio", "_on_loop"),
+    ("_drivers.base", "_arm_timer"),
+    ("_drivers.base", "_disarm_if_idle"),
+    ("_drivers.base", "_loop"),
     ("_drivers.base", "_thread"),
     ("_drivers.base", "_store"),
     ("_drivers.base", "_thread_id"),
+    ("_drivers.base", "_time"),
     ("_engine.scheduler", "_add_id"),
     ("_engine.scheduler", "_cancel_id"),
     ("_engine.scheduler", "_move_id"),
@@ -216,3 +220,26 @@ def test_the_checks_see_a_cycle_and_a_private_reach() -> None:
     tree = ast.parse("def f(engine):\n    engine._calls += 1\n    return getattr(engine, '_cal')\n")
     assert _defined(tree) == set()
     assert {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} == {"_calls"}
+
+
+def _cdef_class(pxd: Path, name: str) -> list[str]:
+    """The lines of `cdef class <name>` in a .pxd: its header and its indented body, blanks left out."""
+    lines = pxd.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"cdef class {name}\b", line))
+    body = [lines[start]]
+    for line in lines[start + 1 :]:
+        if line.strip() and not line.startswith((" ", "\t")):
+            break
+        if line.strip():
+            body.append(line.strip())
+    return body
+
+
+def test_the_engines_timer_has_one_layout_in_both_pxd_files_that_declare_it() -> None:
+    """The compiled drivers' base extends the engine's Timer as declared in _engine/__init__.pxd; the
+    engine is compiled with _scheduler_c.pxd's. A field added to one only would lay HandleBase's fields
+    over it."""
+    engine = _cdef_class(PACKAGE / "_engine" / "_scheduler_c.pxd", "Timer")
+    cimported = _cdef_class(PACKAGE / "_engine" / "__init__.pxd", "Timer")
+    assert len(engine) > 1
+    assert engine == cimported

@@ -17,14 +17,19 @@ if TYPE_CHECKING:
     from .base import (
         CALENDAR_WAKE,
         DriverBase,
+        HandleBase,
+        TimeoutTypes,
         check_caller,
         engine_of,
         is_async,
         lifecycle_of,
         lock_of,
+        time_after,
+        timeout_enter,
+        timeout_exit,
+        timeout_init,
         timeout_reschedule,
         timeout_types,
-        timer_reset,
     )
 else:
     try:
@@ -35,24 +40,34 @@ else:
         from . import base as _build
     CALENDAR_WAKE = _build.CALENDAR_WAKE
     DriverBase = _build.DriverBase
+    HandleBase = _build.HandleBase
+    TimeoutTypes = _build.TimeoutTypes
     check_caller = _build.check_caller
     engine_of = _build.engine_of
     is_async = _build.is_async
     lifecycle_of = _build.lifecycle_of
     lock_of = _build.lock_of
+    time_after = _build.time_after
+    timeout_enter = _build.timeout_enter
+    timeout_exit = _build.timeout_exit
+    timeout_init = _build.timeout_init
     timeout_reschedule = _build.timeout_reschedule
     timeout_types = _build.timeout_types
-    timer_reset = _build.timer_reset
 
 __all__ = [
     "CALENDAR_WAKE",
     "DriverBase",
+    "HandleBase",
+    "TimeoutTypes",
     "check_caller",
     "engine_of",
     "is_async",
     "lifecycle_of",
     "lock_of",
+    "time_after",
+    "timeout_enter",
+    "timeout_exit",
+    "timeout_init",
     "timeout_reschedule",
     "timeout_types",
-    "timer_reset",
 ]

@@ -4,13 +4,17 @@
 # on CPython 3.11 the Python subclasses of an extension type lose the interpreter's fast instance
 # attributes (41 ns per `self.x` read against 12), which made TimerHandle.reset and the drivers' own
 # Python code 25% slower. What the hot paths read lives instead in _Hot, an extension type with C fields,
-# one attribute of the driver; they call the compiled engine as C. What this file may say: the types of
-# module constants, of _Hot's fields, and of functions. It must never change what the code does.
+# one attribute of the driver; they call the compiled engine as C. HandleBase (a TimerHandle's fields and
+# methods) is an extension type: its Python subclasses declare __slots__ and keep the fast attributes.
+# What this file may say: the types of module constants, of _Hot's and HandleBase's fields, and of
+# functions. It must never change what the code does.
 cimport cython
 
 from timerwheel._engine._scheduler_c cimport Scheduler as _CScheduler
+from timerwheel._engine cimport Timer
 
 cdef double _INF
+cdef int _PENDING, _DONE, _CANCELLED
 cdef object _NEW, _RUNNING, _AS_COROUTINE, _FUNCTION, _PLAIN_CALLABLES
 cdef long _CO_COROUTINE
 
@@ -45,10 +49,39 @@ cdef _cancel(_Hot hot, object driver, object task_id)
 @cython.locals(engine=_CScheduler)
 cdef _reschedule(_Hot hot, object driver, object task_id, object delay)
 
-@cython.locals(hot=_Hot, due=double)
-cpdef bint timer_reset(object self, object delay) except -1
+cdef class HandleBase(Timer):
+    cdef public object _args, _callback, _context, _fallback, _sched
+    cdef public _Hot _hot
+    cdef public int _state
+    cdef public double _when
+
+    @cython.locals(hot=_Hot, due=double)
+    cpdef reset(self, object delay)
+
+    @cython.locals(hot=_Hot)
+    cpdef cancel(self)
+
+
+@cython.locals(hot=_Hot, timer=HandleBase)
+cpdef timeout_reschedule(object self, object when)
 
 @cython.locals(hot=_Hot)
-cpdef timeout_reschedule(object self, object when)
+cdef bint _enter_wheel(object self, double when) except -1
+
+cpdef timeout_init(object self, object when, object sched)
+
+cpdef timeout_enter(object self)
+
+cpdef timeout_exit(object self, object exc_type, object exc_val, object exc_tb)
+
+
+@cython.freelist(64)
+cdef class Ready:
+    cdef public object value
+
+
+cdef Ready _NOTHING
+cdef object _timeout_class, _timeout_handle, _created, _entered, _exited, _current_task
+cdef bint _notes_cancelling
 
 cdef bint _on_loop_thread(_Hot hot, object driver) except -1

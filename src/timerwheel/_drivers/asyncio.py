@@ -21,10 +21,21 @@ from threading import get_ident
 from typing import Any
 
 from .._clock import Clock
-from .._engine import Run, Timer, TimerStore
+from .._engine import Run, TimerStore
 from .._types import DRIVER_MISSED, Backpressure, JobEvent, Lifecycle, Missed, NotStartedError
 from .._validate import count, deadline, function, member
-from . import CALENDAR_WAKE, DriverBase, timeout_reschedule, timeout_types, timer_reset
+from . import (
+    CALENDAR_WAKE,
+    DriverBase,
+    HandleBase,
+    TimeoutTypes,
+    time_after,
+    timeout_enter,
+    timeout_exit,
+    timeout_init,
+    timeout_reschedule,
+    timeout_types,
+)
 from .pools import TaskPool
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
@@ -32,12 +43,12 @@ __all__ = ["AsyncScheduler", "TimerHandle"]
 _get_running_loop = events._get_running_loop  # C: the running loop of this thread, or None; no exception
 # The one state of asyncio's Timeout in which it can be moved. Should a future asyncio rename it, every
 # timeout simply runs on asyncio's own timers (Timeout._reschedule hands it over): slower, never wrong.
-_ENTERED = getattr(getattr(asyncio.timeouts, "_State", None), "ENTERED", object())
-_PENDING, _DONE, _CANCELLED = 0, 1, 2
+_State = getattr(asyncio.timeouts, "_State", None)
+_ENTERED = getattr(_State, "ENTERED", object())
 _RUNNING, _INF = Lifecycle.RUNNING, math.inf
 
 
-class TimerHandle(Timer):
+class TimerHandle(HandleBase):
     """A callback on an AsyncScheduler's wheel: what call_later() and call_at() return.
 
     It has the interface of asyncio.TimerHandle (cancel(), cancelled(), when()) and two more methods that
@@ -48,118 +59,9 @@ class TimerHandle(Timer):
     when called from another thread while the loop runs.
     """
 
-    __slots__ = ("_args", "_callback", "_context", "_fallback", "_hot", "_sched", "_state", "_when")
+    # (Its fields and methods are the drivers' base's HandleBase: compiled there in the Cython build.)
+    __slots__ = ()
     kind = "handles"  # (what stats() counts it as; the timeouts' and sleeps' own below)
-
-    def __init__(
-        self,
-        sched: AsyncScheduler,
-        when: float,
-        callback: Callable[..., object],
-        args: tuple[Any, ...] = (),
-        context: Context | None = None,
-    ) -> None:
-        self.due = 0.0  # (Timer.__init__, inline: call_later's fast path makes one per call)
-        self.id = None
-        self._sched = sched
-        self._hot = sched._hot
-        self._when = when
-        self._callback = callback
-        self._args = args
-        self._context = context
-        self._state = _PENDING
-        self._fallback: asyncio.TimerHandle | None = None  # its loop handle, once the scheduler is closed
-
-    def __repr__(self) -> str:
-        state = ("pending", "done", "cancelled")[self._state]
-        return f"<TimerHandle {state} when={self._when!r} callback={self._callback!r}>"
-
-    def when(self) -> float:
-        """The loop time it is due at."""
-        self._sched._check_caller()
-        return self._when
-
-    def cancel(self) -> None:
-        """Cancel it: the callback will not run. Does nothing once it ran.
-
-        Raises:
-            RuntimeError: called from another thread while the loop runs (use loop.call_soon_threadsafe).
-        """
-        sched = self._sched
-        loop = sched._caller_loop  # (the thread check inline, where the loop names its thread)
-        if loop is None or ((tid := loop._thread_id) is not None and tid != get_ident()):
-            sched._check_caller()
-        if self._state == _PENDING:
-            self._state = _CANCELLED
-            if self.id is not None:  # (_discard(), its common case inline)
-                sched._engine.cancel_timer(self)
-            else:
-                self._discard()
-            if not len(sched._engine.store):  # (nothing left armed: the loop handle may go)
-                sched._disarm_if_idle()
-
-    def cancelled(self) -> bool:
-        """Whether cancel() was called before it ran."""
-        self._sched._check_caller()
-        return self._state == _CANCELLED
-
-    reset = timer_reset  # (compiled in the build: its common case costs no Python frame; see _reset)
-    """reset(delay) -> bool: move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
-    True if it was pending and moved; False (nothing changes) if it already ran or was cancelled. Raises
-    TypeError (delay not a number), ValueError (NaN), RuntimeError (another thread while the loop runs)."""
-
-    def _reset(self, delay: float) -> bool:
-        """reset(delay) where it is not the common case (another thread, a closed scheduler, a delay that
-        is not a finite float): the same result, slower."""
-        sched = self._sched
-        sched._check_caller()
-        if self._state != _PENDING:
-            return False
-        return self._move(_plus(sched._time(), deadline(delay, "delay")))
-
-    def reschedule(self, when: float) -> bool:
-        """Move it to the loop time `when`, O(1). Returns and raises as reset()."""
-        self._sched._check_caller()
-        if self._state != _PENDING:
-            return False
-        return self._move(deadline(when, "when"))
-
-    def _move(self, when: float) -> bool:
-        self._discard()
-        self._when = when
-        self._sched._arm_timer(self)
-        return True
-
-    def _discard(self) -> None:
-        if self.id is not None:
-            self._sched._engine.cancel_timer(self)
-        elif self._fallback is not None:
-            self._fallback.cancel()
-            self._fallback = None
-
-    def fire(self) -> None:
-        """Its due came (the engine took it out of the store): run the callback, as asyncio's handle does."""
-        self._state = _DONE
-        try:
-            self._call()
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # as asyncio reports an exception in a callback
-            self._sched._loop.call_exception_handler(
-                {"message": f"Exception in callback {self._callback!r}", "exception": exc, "handle": self}
-            )
-
-    def _call(self) -> None:
-        if self._context is None:
-            self._callback(*self._args)
-        else:
-            self._context.run(self._callback, *self._args)
-
-    def _on_loop(self) -> None:
-        """Its due came on the loop's own timers (the scheduler was closed meanwhile)."""
-        self._fallback = None
-        self._state = _DONE
-        self._call()
 
 
 class _TimeoutHandle(TimerHandle):
@@ -169,22 +71,11 @@ class _TimeoutHandle(TimerHandle):
     kind = "timeouts"
 
 
-timeout_types(_TimeoutHandle, _ENTERED)
-
-
 class _SleepHandle(TimerHandle):
     """The wheel entry of a sleep(): counted apart in stats().sleeps."""
 
     __slots__ = ()
     kind = "sleeps"
-
-
-def _plus(now: float, delay: float) -> float:
-    """now + delay, where a delay beyond the floats is infinitely far (as call_later takes it)."""
-    try:
-        return now + delay
-    except OverflowError:
-        return math.inf if delay > 0 else -math.inf
 
 
 class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final; we only replace the handle
@@ -222,6 +113,11 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
     A later deadline moves the wheel entry in place, O(1). RuntimeError from another thread while the loop
     runs."""
 
+    # (asyncio's __aenter__ and __aexit__, their common case compiled in the build: entering and leaving
+    # cost no coroutine; anything else is asyncio's own coroutine, called by them)
+    __aenter__ = timeout_enter
+    __aexit__ = timeout_exit
+
     def _reschedule_slow(self, when: float | None) -> None:
         """reschedule(when) where it is not the common case: the thread check, then _reschedule()."""
         self._sched._check_caller()
@@ -251,11 +147,39 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
                 handle.cancel()
             self._timeout_handler = loop.call_soon(self._on_timeout)
             return
-        timer = sched._call_at(when, self._on_timeout, _TimeoutHandle)
+        # (its wheel entry takes the deadline as a float: an int beyond the floats is never, as for call_at)
+        timer = sched._call_at(deadline(when, "when"), self._on_timeout, _TimeoutHandle)
         self._when = when
         if handle is not None:
             handle.cancel()
         self._timeout_handler = timer
+
+
+_CREATED = getattr(_State, "CREATED", object())
+# asyncio's Timeout.__init__ sets these and nothing else (Python 3.11 to 3.13): Timeout's own __init__,
+# compiled in the build, sets them itself; where asyncio's sets more, it is called as it is.
+if vars(asyncio.Timeout(None)) == {
+    "_state": _CREATED,
+    "_timeout_handler": None,
+    "_task": None,
+    "_when": None,
+}:
+    Timeout.__init__ = timeout_init  # type: ignore[method-assign]
+timeout_types(
+    TimeoutTypes(
+        timeout=Timeout,
+        handle=_TimeoutHandle,
+        created=_CREATED,
+        entered=_ENTERED,
+        exited=getattr(_State, "EXITED", object()),
+        current_task=asyncio.current_task,
+        enter=asyncio.Timeout.__aenter__,
+        exit=asyncio.Timeout.__aexit__,
+        # (asyncio's own __aenter__ notes task.cancelling() as it enters, as the compiled one does, since
+        # Python 3.11.3; before, __aexit__ compared uncancel() to 0: those take asyncio's coroutine)
+        enter_notes_cancelling="_cancelling" in asyncio.Timeout.__aenter__.__code__.co_names,
+    )
+)
 
 
 def _set_result_unless_cancelled(future: asyncio.Future[Any], result: Any) -> None:
@@ -518,7 +442,7 @@ class AsyncScheduler(DriverBase):
             raise RuntimeError("sched.timeout() must be called on the scheduler's running event loop")
         if delay is None:
             return Timeout(None, self)
-        return Timeout(_plus(self._time(), deadline(delay, "delay")), self)
+        return Timeout(time_after(self._time(), deadline(delay, "delay")), self)
 
     def timeout_at(self, when: float | None) -> asyncio.Timeout:
         """asyncio.timeout_at(when) on the wheel: the deadline is the loop time `when`; None disables it.
@@ -544,7 +468,9 @@ class AsyncScheduler(DriverBase):
             return result
         future = loop.create_future()
         timer = self._call_at(
-            _plus(self._time(), delay), partial(_set_result_unless_cancelled, future, result), _SleepHandle
+            time_after(self._time(), delay),
+            partial(_set_result_unless_cancelled, future, result),
+            _SleepHandle,
         )
         try:
             return await future
@@ -594,7 +520,7 @@ class AsyncScheduler(DriverBase):
                     pass  # beyond the store's range: never, as _arm_timer says
             return timer
         self._check_running()
-        return self._new_timer(_plus(self._time(), deadline(delay, "delay")), callback, args, context)
+        return self._new_timer(time_after(self._time(), deadline(delay, "delay")), callback, args, context)
 
     def call_at(
         self,

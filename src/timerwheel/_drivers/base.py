@@ -25,7 +25,7 @@ from typing import Any
 
 from .._clock import Clock
 from .._core import TimerWheel
-from .._engine import Run, Scheduler, TimerStore, log_safely
+from .._engine import Run, Scheduler, Timer, TimerStore, log_safely
 from .._types import (
     AlreadyRunningError,
     ClockError,
@@ -39,7 +39,7 @@ from .._types import (
     Stats,
     TimerInfo,
 )
-from .._validate import boolean, callable_or_none, member, timer_store
+from .._validate import boolean, callable_or_none, deadline, member, timer_store
 
 __all__ = ["CALENDAR_WAKE", "DriverBase", "Lifecycle", "is_async"]
 
@@ -50,6 +50,7 @@ CALENDAR_WAKE = 30.0
 _INF = math.inf
 _NEW, _RUNNING = Lifecycle.NEW, Lifecycle.RUNNING  # (a global read is cheaper than the class attribute)
 _AS_COROUTINE = RunOptions(coroutine=True)  # the options of every coroutine job without others (frozen)
+_PENDING, _DONE, _CANCELLED = 0, 1, 2  # a HandleBase's states
 
 
 class DriverBase:
@@ -429,7 +430,7 @@ class _Hot:
         self.acquire, self.release = lock.acquire, lock.release
         self.caller_loop: Any = None  # the driver's `_caller_loop`
         self.running = self.accepting = False  # new
-        # For the moves of an event loop driver's plain timers (timer_reset, timeout_reschedule): its loop
+        # For the moves of an event loop driver's plain timers (HandleBase, timeout_reschedule): its loop
         # (None: those moves take their slow path), whether the loop records its thread (`_thread_id`),
         # its clock's reader, and the store's horizon (a due from there on is the slow path's).
         self.loop: Any = None
@@ -568,45 +569,163 @@ def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bo
             hot.release()
 
 
-# -- the keep-alive moves of the plain timers an event loop driver hands out (AsyncScheduler's TimerHandle
-# and Timeout), compiled here beside the engine they call as C. Each is its class's method itself (a
-# compiled function binds as a method), so a call costs no Python frame; what is not the common case
-# goes to the class's own Python code.
+# -- the plain timers an event loop driver hands out (AsyncScheduler's TimerHandle and Timeout), compiled
+# here beside the engine they call as C: a handle's fields are C fields, and its reset costs no Python
+# frame. What is not the common case goes to the general path, the same result, slower.
 
 
-def timer_reset(self: Any, delay: float) -> bool:
-    """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+def time_after(now: float, delay: float) -> float:
+    """now + delay, where a delay beyond the floats is infinitely far (as call_later takes it)."""
+    try:
+        return now + delay
+    except OverflowError:
+        return _INF if delay > 0 else -_INF
 
-    Nothing is allocated, and the loop is not touched unless the timer moves earlier than the
-    scheduler's one loop handle.
 
-    Returns:
-        True if it was pending and moved; False (and nothing changes) if it already ran or was cancelled.
+class HandleBase(Timer):
+    """What AsyncScheduler's TimerHandle is and does (the class itself, in the asyncio driver, adds its
+    kind and its documentation; this module imports no asyncio)."""
 
-    Raises:
-        TypeError: delay is not a number. ValueError: delay is NaN.
-        RuntimeError: called from another thread while the loop runs.
-    """
-    # (TimerHandle.reset itself. The common case here: an armed timer, a float delay, on the loop's
-    # thread, a due the store takes, moved in place by the engine; anything else is TimerHandle._reset,
-    # the same result, slower.)
-    hot: _Hot = self._hot
-    if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
-        due = hot.time() + delay  # type: ignore[misc]
-        if -_INF < due < hot.horizon:  # (NaN is not)
-            try:
-                moved = hot.engine.move_timer(self, due)
-            except BaseException as exc:
-                if self.due == due:  # moved, then arming the loop handle failed: it stays moved, as said
+    __slots__ = ("_args", "_callback", "_context", "_fallback", "_hot", "_sched", "_state", "_when")
+
+    def __init__(
+        self,
+        sched: Any,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...] = (),
+        context: Any = None,
+    ) -> None:
+        self.due = 0.0  # (Timer.__init__, inline: call_later's fast path makes one per call)
+        self.id = None
+        self._sched = sched
+        self._hot = sched._hot
+        self._when = when
+        self._callback = callback
+        self._args = args
+        self._context = context
+        self._state = _PENDING
+        self._fallback: Any = None  # its handle on the loop's own timers, once the scheduler is closed
+
+    def __repr__(self) -> str:
+        state = ("pending", "done", "cancelled")[self._state]
+        return f"<TimerHandle {state} when={self._when!r} callback={self._callback!r}>"
+
+    def when(self) -> float:
+        """The loop time it is due at."""
+        self._sched._check_caller()
+        return self._when
+
+    def cancel(self) -> None:
+        """Cancel it: the callback will not run. Does nothing once it ran.
+
+        Raises:
+            RuntimeError: called from another thread while the loop runs (use loop.call_soon_threadsafe).
+        """
+        hot: _Hot = self._hot
+        sched = self._sched
+        loop = hot.caller_loop  # (the thread check inline, where the loop names its thread)
+        if loop is None or ((tid := loop._thread_id) is not None and tid != get_ident()):
+            sched._check_caller()
+        if self._state == _PENDING:
+            self._state = _CANCELLED
+            if self.id is not None:  # (_discard(), its common case inline)
+                hot.engine.cancel_timer(self)
+            else:
+                self._discard()
+            if not len(hot.engine.store):  # (nothing left armed: the loop handle may go)
+                sched._disarm_if_idle()
+
+    def cancelled(self) -> bool:
+        """Whether cancel() was called before it ran."""
+        self._sched._check_caller()
+        return self._state == _CANCELLED
+
+    def reset(self, delay: float) -> bool:
+        """Move it to `delay` seconds from now (loop time), O(1): the keep-alive reset.
+
+        Nothing is allocated, and the loop is not touched unless the timer moves earlier than the
+        scheduler's one loop handle.
+
+        Returns:
+            True if it was pending and moved; False (and nothing changes) if it already ran or was cancelled.
+
+        Raises:
+            TypeError: delay is not a number. ValueError: delay is NaN.
+            RuntimeError: called from another thread while the loop runs.
+        """
+        # (The common case here: an armed timer, a float delay, on the loop's thread, a due the store
+        # takes, moved in place by the engine; anything else is _reset(), the same result, slower.)
+        hot: _Hot = self._hot
+        if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
+            due: float = hot.time() + delay  # type: ignore[misc]
+            if -_INF < due < hot.horizon:  # (NaN is not)
+                try:
+                    moved = hot.engine.move_timer(self, due)
+                except BaseException as exc:
+                    if self.due == due:  # moved, then arming the loop handle failed: it stays moved, as said
+                        self._when = due
+                        raise
+                    if not isinstance(exc, (ValueError, OverflowError)):
+                        raise
+                    moved = False  # the store refused the due: the general path
+                if moved:
                     self._when = due
-                    raise
-                if not isinstance(exc, (ValueError, OverflowError)):
-                    raise
-                moved = False  # the store refused the due: the general path
-            if moved:
-                self._when = due
-                return True
-    return bool(self._reset(delay))
+                    return True
+        return self._reset(delay)
+
+    def _reset(self, delay: float) -> bool:
+        """reset(delay) where it is not the common case (another thread, a closed scheduler, a delay that
+        is not a finite float): the same result, slower."""
+        sched = self._sched
+        sched._check_caller()
+        if self._state != _PENDING:
+            return False
+        return self._move(time_after(sched._time(), deadline(delay, "delay")))
+
+    def reschedule(self, when: float) -> bool:
+        """Move it to the loop time `when`, O(1). Returns and raises as reset()."""
+        self._sched._check_caller()
+        if self._state != _PENDING:
+            return False
+        return self._move(deadline(when, "when"))
+
+    def _move(self, when: float) -> bool:
+        self._discard()
+        self._when = when
+        self._sched._arm_timer(self)
+        return True
+
+    def _discard(self) -> None:
+        if self.id is not None:
+            self._hot.engine.cancel_timer(self)
+        elif self._fallback is not None:
+            self._fallback.cancel()
+            self._fallback = None
+
+    def fire(self) -> None:
+        """Its due came (the engine took it out of the store): run the callback, as asyncio's handle does."""
+        self._state = _DONE
+        try:
+            self._call()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # as asyncio reports an exception in a callback
+            self._sched._loop.call_exception_handler(
+                {"message": f"Exception in callback {self._callback!r}", "exception": exc, "handle": self}
+            )
+
+    def _call(self) -> None:
+        if self._context is None:
+            self._callback(*self._args)
+        else:
+            self._context.run(self._callback, *self._args)
+
+    def _on_loop(self) -> None:
+        """Its due came on the loop's own timers (the scheduler was closed meanwhile)."""
+        self._fallback = None
+        self._state = _DONE
+        self._call()
 
 
 def timeout_reschedule(self: Any, when: float | None) -> None:
@@ -623,47 +742,55 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
     if type(when) is float and self._state is _entered:
         handle = self._timeout_handler
         if type(handle) is _timeout_handle:  # moved: its wheel entry moves in place
-            hot: _Hot = handle._hot
+            timer: HandleBase = handle
+            hot: _Hot = timer._hot
             if (
-                handle.id is not None
-                and _on_loop_thread(hot, handle._sched)
+                timer.id is not None
+                and _on_loop_thread(hot, timer._sched)
                 and hot.time() < when < hot.horizon  # type: ignore[misc]
             ):
                 try:
-                    moved = hot.engine.move_timer(handle, when)
+                    moved = hot.engine.move_timer(timer, when)
                 except BaseException as exc:
-                    if handle.due == when:  # moved, then arming the loop handle failed: as said
-                        self._when = handle._when = when
+                    if timer.due == when:  # moved, then arming the loop handle failed: as said
+                        self._when = timer._when = when
                         raise
                     if not isinstance(exc, (ValueError, OverflowError, TypeError)):
                         raise
                     moved = False  # the store refused the due: the general path
                 if moved:
-                    self._when = handle._when = when
+                    self._when = timer._when = when
                     return
-        elif handle is None:  # entered (asyncio's __aenter__ calls reschedule): its wheel entry is made
-            sched = self._sched
-            hot = sched._hot
-            loop = hot.caller_loop  # (asyncio's loops only: the loop's own record of its thread)
-            if (
-                hot.running
-                and loop is not None
-                and loop._thread_id == get_ident()
-                and hot.time() < when < hot.horizon  # type: ignore[misc]
-            ):
-                handle = _timeout_handle(sched, when, self._on_timeout)
-                self._when = when
-                self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
-                try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
-                    hot.engine.add_timer(handle, when)
-                except OverflowError:  # as the general path does (AsyncScheduler._arm_timer)
-                    pass
-                return
+        elif handle is None and _enter_wheel(self, when):  # entered: its wheel entry is made
+            return
     self._reschedule_slow(when)
 
 
-# (what help() and tracebacks call them: the methods they are)
-timer_reset.__name__, timer_reset.__qualname__ = "reset", "TimerHandle.reset"
+def _enter_wheel(self: Any, when: float) -> bool:
+    """Make the wheel entry of an entered timeout with none, at `when` (a float), where that is the common
+    case (a running scheduler, on its asyncio loop's thread, a due after now the store takes): True if made,
+    False for the general path."""
+    sched = self._sched
+    hot: _Hot = sched._hot
+    loop = hot.caller_loop  # (asyncio's loops only: the loop's own record of its thread)
+    if (
+        hot.running
+        and loop is not None
+        and loop._thread_id == get_ident()
+        and hot.time() < when < hot.horizon  # type: ignore[misc]
+    ):
+        handle = _timeout_handle(sched, when, self._on_timeout)
+        self._when = when
+        self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
+        try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
+            hot.engine.add_timer(handle, when)
+        except OverflowError:  # as the general path does (AsyncScheduler._arm_timer)
+            pass
+        return True
+    return False
+
+
+# (what help() and tracebacks call it: the method it is)
 timeout_reschedule.__name__, timeout_reschedule.__qualname__ = "reschedule", "Timeout.reschedule"
 
 
@@ -681,15 +808,113 @@ def _on_loop_thread(hot: _Hot, driver: Any) -> bool:
     return bool(get_ident() == driver._thread)
 
 
-_timeout_handle: Any = None  # (see timeout_types: until it is called, no timeout takes the fast path)
+def timeout_init(self: Any, when: float | None, sched: Any) -> None:
+    """A timeout at the loop time `when` (None: none) on `sched`: what asyncio's Timeout.__init__ sets, and
+    the scheduler (the asyncio driver uses it only where that is all asyncio's sets)."""
+    self._state = _created
+    self._timeout_handler = None
+    self._task = None
+    self._when = when
+    self._sched = sched
+
+
+def timeout_enter(self: Any) -> Any:
+    """Enter the timeout (`async with`): asyncio's Timeout.__aenter__, its common case compiled."""
+    # (The common case, as asyncio's own __aenter__ does it: a timeout not yet entered, inside a task.
+    # It returns an awaitable that is already done, instead of a coroutine; anything else, and every
+    # Python whose asyncio does not note the task's cancelling() as it enters, is asyncio's coroutine.)
+    if self._state is _created and _notes_cancelling:
+        task = _current_task()
+        if task is not None:
+            self._state = _entered
+            self._task = task
+            self._cancelling = task.cancelling()
+            when = self._when
+            # (self.reschedule(when), as asyncio's; for this class, its common case inline)
+            if type(self) is not _timeout_class or type(when) is not float or not _enter_wheel(self, when):
+                self.reschedule(when)
+            return Ready(self)
+    return _asyncio.enter(self)
+
+
+def timeout_exit(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+    """Leave the timeout (`async with`): asyncio's Timeout.__aexit__, its common case compiled."""
+    # (The common case, the same in every asyncio: left before it expired. Anything else is asyncio's.)
+    if self._state is _entered:
+        handle = self._timeout_handler
+        if handle is not None:
+            handle.cancel()
+            self._timeout_handler = None
+        self._state = _exited
+        return _NOTHING
+    return _asyncio.exit(self, exc_type, exc_val, exc_tb)
+
+
+# (what help() and tracebacks call them: the methods they are)
+timeout_init.__name__, timeout_init.__qualname__ = "__init__", "Timeout.__init__"
+timeout_enter.__name__, timeout_enter.__qualname__ = "__aenter__", "Timeout.__aenter__"
+timeout_exit.__name__, timeout_exit.__qualname__ = "__aexit__", "Timeout.__aexit__"
+
+
+class Ready:
+    """An awaitable that is already done: awaiting it gives `value`, with no coroutine to make and run."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        raise StopIteration(self.value)
+
+
+_NOTHING = Ready(None)  # (what __aexit__ gives: it has no state, so one serves every call)
+
+
+@dataclasses.dataclass
+class TimeoutTypes:
+    """What the compiled paths of the asyncio driver's Timeout need of asyncio (this module imports no
+    asyncio): the driver's Timeout class, the class of its wheel entry, asyncio's Timeout states,
+    current_task(), asyncio's own __aenter__ and __aexit__, and whether that __aenter__ notes the task's
+    cancelling()."""
+
+    timeout: Any = None
+    handle: Any = None
+    created: Any = None
+    entered: Any = None
+    exited: Any = None
+    current_task: Any = None
+    enter: Any = None
+    exit: Any = None
+    enter_notes_cancelling: bool = False
+
+
+_asyncio = TimeoutTypes()  # (until timeout_types() is called, no timeout takes a compiled path)
+# (and its fields the compiled paths read, as module globals: C variables in the compiled build)
+_timeout_class: Any = None
+_timeout_handle: Any = None
+_created: Any = None
 _entered: Any = None
+_exited: Any = None
+_current_task: Any = None
+_notes_cancelling = False
 
 
-def timeout_types(handle_class: type, entered: Any) -> None:
-    """Tell timeout_reschedule() the class of a Timeout's wheel entry and the state of an entered asyncio
-    Timeout (the asyncio driver does, when it is imported: this module imports no asyncio)."""
-    global _timeout_handle, _entered
-    _timeout_handle, _entered = handle_class, entered
+def timeout_types(types: TimeoutTypes) -> None:
+    """Tell the compiled paths of the asyncio driver's Timeout what they need of asyncio (the asyncio driver
+    does, when it is imported)."""
+    global _asyncio, _timeout_class, _timeout_handle, _created, _entered, _exited, _current_task
+    global _notes_cancelling
+    _asyncio = types
+    _timeout_class = types.timeout
+    _timeout_handle, _created, _entered, _exited = types.handle, types.created, types.entered, types.exited
+    _current_task, _notes_cancelling = types.current_task, bool(types.enter_notes_cancelling)
 
 
 def _uninitialised(driver: DriverBase) -> AttributeError:

@@ -14,6 +14,11 @@ cdef bint _COMPILED
 cdef object _FIXED_DELAY, _SKIP_IF_RUNNING, _FIXED_RATE, _NO_OPTIONS
 
 
+cdef class Timer:
+    cdef public double due
+    cdef public object id
+
+
 cdef class JobContext:
     cdef public object cancelled
     cdef public object fence
@@ -129,13 +134,13 @@ cdef class _Engine:
     cpdef _arm(self, _Task task, double due)
 
     @cython.locals(kind="Py_ssize_t")
-    cpdef add_timer(self, object timer, double due)
+    cpdef add_timer(self, Timer timer, double due)
 
     @cython.locals(timer_id=object)
-    cpdef move_timer(self, object timer, double due)
+    cpdef move_timer(self, Timer timer, double due)
 
     @cython.locals(kind="Py_ssize_t")
-    cpdef cancel_timer(self, object timer)
+    cpdef cancel_timer(self, Timer timer)
 
     @cython.locals(total="long long", kind="Py_ssize_t")
     cpdef long long _armed_timers(self) except -1

@@ -521,6 +521,17 @@ class _Deadline:
             self.id = engine._add_at(self.due, self)
 
 
+def _timer_subclass(cls: type[Timer], /, **kwargs: Any) -> None:
+    """Timer.__init_subclass__: check the new class's `kind` and set its `_kind`, the index of the counts."""
+    super(Timer, cls).__init_subclass__(**kwargs)
+    kind = cls.kind
+    if type(kind) is not str:
+        raise TypeError(f"{cls.__name__}.kind must be a str (one of {TIMER_KINDS}), not {kind!r}")
+    if kind not in TIMER_KINDS:
+        raise ValueError(f"{cls.__name__}.kind must be one of {TIMER_KINDS}, not {kind!r}")
+    cls._kind = TIMER_KINDS.index(kind)
+
+
 class Timer:
     """A plain timer of the engine: a callback at a time, no job semantics, O(1) to add, move and cancel.
 
@@ -537,16 +548,9 @@ class Timer:
     __slots__ = ("due", "id")
     kind = "timers"
     _kind = 0  # `kind` as an index of the engine's counts, set when a subclass is made: read per operation
-
-    @classmethod
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        kind = cls.kind
-        if type(kind) is not str:
-            raise TypeError(f"{cls.__name__}.kind must be a str (one of {TIMER_KINDS}), not {kind!r}")
-        if kind not in TIMER_KINDS:
-            raise ValueError(f"{cls.__name__}.kind must be one of {TIMER_KINDS}, not {kind!r}")
-        cls._kind = TIMER_KINDS.index(kind)
+    # (a class attribute, not a def: the compiled build's Timer is an extension type, which may not define
+    # __init_subclass__; Python calls it all the same when a subclass is made)
+    __init_subclass__ = classmethod(_timer_subclass)
 
     def __init__(self) -> None:
         self.due = 0.0
