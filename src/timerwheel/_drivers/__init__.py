@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         DriverBase,
         HandleBase,
         TimeoutTypes,
+        call_later_fast,
         check_caller,
         engine_of,
         is_async,
@@ -42,6 +43,7 @@ else:
     DriverBase = _build.DriverBase
     HandleBase = _build.HandleBase
     TimeoutTypes = _build.TimeoutTypes
+    call_later_fast = _build.call_later_fast
     check_caller = _build.check_caller
     engine_of = _build.engine_of
     is_async = _build.is_async
@@ -59,6 +61,7 @@ __all__ = [
     "DriverBase",
     "HandleBase",
     "TimeoutTypes",
+    "call_later_fast",
     "check_caller",
     "engine_of",
     "is_async",

@@ -65,6 +65,12 @@ cdef class HandleBase(Timer):
 @cython.locals(hot=_Hot, timer=HandleBase)
 cpdef timeout_reschedule(object self, object when)
 
+cdef int _fill(HandleBase handle, object sched, _Hot hot, double when, object callback, object args,
+               object context) except -1
+
+@cython.locals(hot=_Hot, when=double, timer=HandleBase)
+cpdef call_later_fast(object sched, object cls, object delay, object callback, tuple args, object context)
+
 @cython.locals(hot=_Hot)
 cdef bint _enter_wheel(object self, double when) except -1
 

@@ -29,6 +29,7 @@ from . import (
     DriverBase,
     HandleBase,
     TimeoutTypes,
+    call_later_fast,
     time_after,
     timeout_enter,
     timeout_exit,
@@ -501,24 +502,9 @@ class AsyncScheduler(DriverBase):
             TypeError: delay is not a number, callback not callable. ValueError: delay is NaN.
             NotStartedError / ClosedError: before start() / after close().
         """
-        loop = self._caller_loop
-        if (  # the common case first, checked inline: a finite float delay, on the loop's thread, running
-            loop is not None
-            and type(delay) is float
-            and -_INF < delay < _INF
-            and self._state is _RUNNING
-            and context is None
-            and callable(callback)
-            and ((tid := loop._thread_id) is None or tid == get_ident())
-        ):
-            when = self._time() + delay
-            timer = TimerHandle(self, when, callback, args, copy_context())
-            if when < _INF:  # (else never; as _arm_timer)
-                try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
-                    self._engine.add_timer(timer, when)
-                except OverflowError:
-                    pass  # beyond the store's range: never, as _arm_timer says
-            return timer
+        timer = call_later_fast(self, TimerHandle, delay, callback, args, context)  # (the common case)
+        if timer is not None:
+            return timer  # type: ignore[return-value]
         self._check_running()
         return self._new_timer(time_after(self._time(), deadline(delay, "delay")), callback, args, context)
 

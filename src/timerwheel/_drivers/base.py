@@ -18,6 +18,7 @@ import math
 import threading
 import types
 from collections.abc import Callable, Iterable, Mapping
+from contextvars import copy_context
 from datetime import datetime
 from functools import partial
 from threading import get_ident
@@ -574,6 +575,51 @@ def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bo
 # frame. What is not the common case goes to the general path, the same result, slower.
 
 
+def _fill(
+    handle: HandleBase, sched: Any, hot: _Hot, when: float, callback: Any, args: Any, context: Any
+) -> None:
+    """A new handle's fields (its __init__, and call_later's fast path, which makes one without it)."""
+    handle.due = 0.0  # (Timer.__init__, inline)
+    handle.id = None
+    handle._sched = sched
+    handle._hot = hot  # (sched._hot)
+    handle._when = when
+    handle._callback = callback
+    handle._args = args
+    handle._context = context
+    handle._state = _PENDING
+    handle._fallback = None  # its handle on the loop's own timers, once the scheduler is closed
+
+
+def call_later_fast(
+    sched: Any, cls: type[HandleBase], delay: Any, callback: Any, args: tuple[Any, ...], context: Any
+) -> HandleBase | None:
+    """sched.call_later(delay, callback, *args, context=context) where it is the common case (a finite
+    float delay, on the loop's thread, running, no context given): the handle, a new `cls`, armed; None
+    where it is not (the driver's general path takes the call, with nothing changed)."""
+    hot: _Hot = sched._hot
+    loop = hot.caller_loop
+    if (
+        loop is not None
+        and type(delay) is float
+        and -_INF < delay < _INF
+        and hot.running
+        and context is None
+        and callable(callback)
+        and ((tid := loop._thread_id) is None or tid == get_ident())
+    ):
+        when: float = hot.time() + delay  # type: ignore[misc]
+        timer: HandleBase = HandleBase.__new__(cls)
+        _fill(timer, sched, hot, when, callback, args, copy_context())
+        if when < _INF:  # (else never; as the driver's general path)
+            try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
+                hot.engine.add_timer(timer, when)
+            except OverflowError:
+                pass  # beyond the store's range: never, as the general path says
+        return timer
+    return None
+
+
 def time_after(now: float, delay: float) -> float:
     """now + delay, where a delay beyond the floats is infinitely far (as call_later takes it)."""
     try:
@@ -587,6 +633,15 @@ class HandleBase(Timer):
     kind and its documentation; this module imports no asyncio)."""
 
     __slots__ = ("_args", "_callback", "_context", "_fallback", "_hot", "_sched", "_state", "_when")
+    # (their types, for the type checker: _fill() sets them)
+    _args: tuple[Any, ...]
+    _callback: Callable[..., object]
+    _context: Any
+    _fallback: Any
+    _hot: _Hot
+    _sched: Any
+    _state: int
+    _when: float
 
     def __init__(
         self,
@@ -596,16 +651,7 @@ class HandleBase(Timer):
         args: tuple[Any, ...] = (),
         context: Any = None,
     ) -> None:
-        self.due = 0.0  # (Timer.__init__, inline: call_later's fast path makes one per call)
-        self.id = None
-        self._sched = sched
-        self._hot = sched._hot
-        self._when = when
-        self._callback = callback
-        self._args = args
-        self._context = context
-        self._state = _PENDING
-        self._fallback: Any = None  # its handle on the loop's own timers, once the scheduler is closed
+        _fill(self, sched, sched._hot, when, callback, args, context)
 
     def __repr__(self) -> str:
         state = ("pending", "done", "cancelled")[self._state]
@@ -633,7 +679,7 @@ class HandleBase(Timer):
                 hot.engine.cancel_timer(self)
             else:
                 self._discard()
-            if not len(hot.engine.store):  # (nothing left armed: the loop handle may go)
+            if not len(hot.engine._store):  # (nothing left armed: the loop handle may go)
                 sched._disarm_if_idle()
 
     def cancelled(self) -> bool:
