@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import math
 import re
 import sys
@@ -651,60 +650,72 @@ def _base_build() -> Any:
     return sys.modules[_drivers.DriverBase.__module__]
 
 
-async def _entered_by_a_coroutine() -> bool:
-    """Whether entering a timeout of a running AsyncScheduler is asyncio's coroutine (not the fast path)."""
-    async with AsyncScheduler() as sched:
-        cm = sched.timeout(LONG)
-        entering = cm.__aenter__()
-        made = inspect.iscoroutine(entering)
-        await entering
-        await cm.__aexit__(None, None, None)
-        return made
+def _asyncio_entries(**changes: Any) -> tuple[list[object], Any]:
+    """What the drivers' base knows of asyncio, with `changes`, and asyncio's own __aenter__ recording the
+    timeouts it enters: (that record, the previous types, to restore)."""
+    build = _base_build()
+    saved = build._asyncio
+    entered: list[object] = []
+
+    def enter(cm: Any) -> Any:
+        entered.append(cm)
+        return saved.enter(cm)
+
+    build.timeout_types(dataclasses.replace(saved, enter=enter, **changes))
+    return entered, saved
+
+
+def _enter_one() -> None:
+    async def main() -> None:
+        async with AsyncScheduler() as sched, sched.timeout(LONG):
+            pass
+
+    loop = VirtualTimeLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_same_as_asyncio_where_asyncio_enters_without_noting_the_cancel_count(name: str) -> None:
     """Where asyncio's own __aenter__ does not note task.cancelling() (as the compiled entry does), every
-    entry is asyncio's coroutine: the same transcripts."""
-    build = _base_build()
-    saved = build._asyncio
-    build.timeout_types(dataclasses.replace(saved, enter_notes_cancelling=False))
+    entry is asyncio's own: the same transcripts."""
+    entered, saved = _asyncio_entries(enter_notes_cancelling=False)
     try:
-        loop = VirtualTimeLoop()
-        try:
-            assert loop.run_until_complete(_entered_by_a_coroutine())
-        finally:
-            loop.close()
+        _enter_one()
+        assert len(entered) == 1
         theirs = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=False, exact=True)
         ours = _transcript(VirtualTimeLoop, SCENARIOS[name], ours=True, exact=True)
     finally:
-        build.timeout_types(saved)
+        _base_build().timeout_types(saved)
     assert ours[-1] == ("our timers left", 0)
     assert ours[:-1] == theirs
 
 
 def test_the_compiled_entry_is_taken_on_the_pythons_we_support() -> None:
     """asyncio's __aenter__ notes the task's cancel count, and its __init__ sets nothing the compiled
-    __init__ does not: entering is no coroutine, and Timeout's __init__ is the base's."""
+    __init__ does not: entering is not asyncio's own __aenter__, and Timeout's __init__ is the base's."""
     from timerwheel._drivers import asyncio as driver
 
     assert _base_build()._asyncio.enter_notes_cancelling
     assert driver.Timeout.__init__ is driver.timeout_init
-    loop = VirtualTimeLoop()
+    entered, saved = _asyncio_entries()
     try:
-        assert not loop.run_until_complete(_entered_by_a_coroutine())
+        _enter_one()
     finally:
-        loop.close()
+        _base_build().timeout_types(saved)
+    assert entered == []
 
 
 def test_a_new_timeout_has_asyncio_s_attributes_and_its_scheduler() -> None:
     async def main() -> None:
         async with AsyncScheduler() as sched:
-            ours = vars(sched.timeout(1.0))
+            cm = sched.timeout(1.0)
             theirs = vars(asyncio.timeout(1.0))
-            assert ours.pop("_sched") is sched
-            assert ours.keys() == theirs.keys()
-            assert ours["_state"] is theirs["_state"] and ours["_when"] == theirs["_when"]
+            assert cm._sched is sched  # type: ignore[attr-defined]
+            assert {name: getattr(cm, name) for name in theirs} == theirs
+            assert vars(cm) == {}  # (asyncio's attributes are the subclass's slots)
 
     loop = VirtualTimeLoop()
     try:

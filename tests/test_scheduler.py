@@ -1294,6 +1294,30 @@ def test_a_timer_class_of_an_unknown_kind_is_refused_when_made(
         type("Bad", (Timer,), {"__slots__": (), "kind": kind})
 
 
+@pytest.mark.parametrize("slots", [("due",), ("id", "extra"), "id"])
+def test_a_timer_class_that_names_due_or_id_in_its_slots_is_refused_when_made(slots: Any) -> None:
+    """The engine writes a timer's `due` and `id` where Timer keeps them (C fields in the compiled build):
+    a subclass's own slot of the same name would hide what the engine writes."""
+    with pytest.raises(TypeError, match=r"Bad\.__slots__ must not name '(due|id)'"):
+        type("Bad", (Timer,), {"__slots__": slots})
+
+
+def test_a_timer_cannot_be_pickled_or_copied(make: MakeSched, clock: ManualClock) -> None:
+    """A copy would claim the original's entry in the store (its id): refused, as the wheel itself is."""
+    import copy
+    import pickle
+
+    class Named(Timer):
+        __slots__ = ("name",)
+
+    timer = Named()
+    timer.name = "job"
+    make(clock).add_timer(timer, 5.0)
+    for action in (pickle.dumps, copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match=r"Named \(a Timer\) cannot be pickled or copied"):
+            action(timer)
+
+
 # -- task ids, the timer store's ids, and a one-shot's plan ------------------------------------------------
 
 

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from .base import (
         CALENDAR_WAKE,
         DriverBase,
-        HandleBase,
         TimeoutTypes,
+        TimerHandle,
         call_later_fast,
         check_caller,
         engine_of,
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         time_after,
         timeout_enter,
         timeout_exit,
+        timeout_fast,
         timeout_init,
         timeout_reschedule,
         timeout_types,
@@ -41,7 +42,7 @@ else:
         from . import base as _build
     CALENDAR_WAKE = _build.CALENDAR_WAKE
     DriverBase = _build.DriverBase
-    HandleBase = _build.HandleBase
+    TimerHandle = _build.TimerHandle
     TimeoutTypes = _build.TimeoutTypes
     call_later_fast = _build.call_later_fast
     check_caller = _build.check_caller
@@ -52,6 +53,7 @@ else:
     time_after = _build.time_after
     timeout_enter = _build.timeout_enter
     timeout_exit = _build.timeout_exit
+    timeout_fast = _build.timeout_fast
     timeout_init = _build.timeout_init
     timeout_reschedule = _build.timeout_reschedule
     timeout_types = _build.timeout_types
@@ -59,8 +61,8 @@ else:
 __all__ = [
     "CALENDAR_WAKE",
     "DriverBase",
-    "HandleBase",
     "TimeoutTypes",
+    "TimerHandle",
     "call_later_fast",
     "check_caller",
     "engine_of",
@@ -70,6 +72,7 @@ __all__ = [
     "time_after",
     "timeout_enter",
     "timeout_exit",
+    "timeout_fast",
     "timeout_init",
     "timeout_reschedule",
     "timeout_types",

@@ -4,9 +4,9 @@
 # on CPython 3.11 the Python subclasses of an extension type lose the interpreter's fast instance
 # attributes (41 ns per `self.x` read against 12), which made TimerHandle.reset and the drivers' own
 # Python code 25% slower. What the hot paths read lives instead in _Hot, an extension type with C fields,
-# one attribute of the driver; they call the compiled engine as C. HandleBase (a TimerHandle's fields and
+# one attribute of the driver; they call the compiled engine as C. TimerHandle (a TimerHandle's fields and
 # methods) is an extension type: its Python subclasses declare __slots__ and keep the fast attributes.
-# What this file may say: the types of module constants, of _Hot's and HandleBase's fields, and of
+# What this file may say: the types of module constants, of _Hot's and TimerHandle's fields, and of
 # functions. It must never change what the code does.
 cimport cython
 
@@ -49,7 +49,7 @@ cdef _cancel(_Hot hot, object driver, object task_id)
 @cython.locals(engine=_CScheduler)
 cdef _reschedule(_Hot hot, object driver, object task_id, object delay)
 
-cdef class HandleBase(Timer):
+cdef class TimerHandle(Timer):
     cdef public object _args, _callback, _context, _fallback, _sched
     cdef public _Hot _hot
     cdef public int _state
@@ -62,32 +62,24 @@ cdef class HandleBase(Timer):
     cpdef cancel(self)
 
 
-@cython.locals(hot=_Hot, timer=HandleBase)
+@cython.locals(hot=_Hot, timer=TimerHandle)
 cpdef timeout_reschedule(object self, object when)
 
-cdef int _fill(HandleBase handle, object sched, _Hot hot, double when, object callback, object args,
+cdef int _fill(TimerHandle handle, object sched, _Hot hot, double when, object callback, object args,
                object context) except -1
 
-@cython.locals(hot=_Hot, when=double, timer=HandleBase)
+@cython.locals(hot=_Hot, when=double, timer=TimerHandle)
 cpdef call_later_fast(object sched, object cls, object delay, object callback, tuple args, object context)
 
-@cython.locals(hot=_Hot)
+@cython.locals(hot=_Hot, handle=TimerHandle)
 cdef bint _enter_wheel(object self, double when) except -1
 
 cpdef timeout_init(object self, object when, object sched)
 
-cpdef timeout_enter(object self)
+@cython.locals(hot=_Hot)
+cpdef timeout_fast(object sched, object delay)
 
-cpdef timeout_exit(object self, object exc_type, object exc_val, object exc_tb)
-
-
-@cython.freelist(64)
-cdef class Ready:
-    cdef public object value
-
-
-cdef Ready _NOTHING
 cdef object _timeout_class, _timeout_handle, _created, _entered, _exited, _current_task
-cdef bint _notes_cancelling
+cdef bint _notes_cancelling, _init_inline
 
 cdef bint _on_loop_thread(_Hot hot, object driver) except -1

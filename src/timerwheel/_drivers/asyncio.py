@@ -27,15 +27,18 @@ from .._validate import count, deadline, function, member
 from . import (
     CALENDAR_WAKE,
     DriverBase,
-    HandleBase,
     TimeoutTypes,
     call_later_fast,
     time_after,
     timeout_enter,
     timeout_exit,
+    timeout_fast,
     timeout_init,
     timeout_reschedule,
     timeout_types,
+)
+from . import (
+    TimerHandle as _TimerHandle,
 )
 from .pools import TaskPool
 
@@ -49,7 +52,7 @@ _ENTERED = getattr(_State, "ENTERED", object())
 _RUNNING, _INF = Lifecycle.RUNNING, math.inf
 
 
-class TimerHandle(HandleBase):
+class TimerHandle(_TimerHandle):
     """A callback on an AsyncScheduler's wheel: what call_later() and call_at() return.
 
     It has the interface of asyncio.TimerHandle (cancel(), cancelled(), when()) and two more methods that
@@ -60,7 +63,7 @@ class TimerHandle(HandleBase):
     when called from another thread while the loop runs.
     """
 
-    # (Its fields and methods are the drivers' base's HandleBase: compiled there in the Cython build.)
+    # (Its fields and methods are the drivers' base's TimerHandle: compiled there in the Cython build.)
     __slots__ = ()
     kind = "handles"  # (what stats() counts it as; the timeouts' and sleeps' own below)
 
@@ -89,7 +92,10 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
     when(), expired() and reschedule() raise RuntimeError from another thread while the loop runs.
     """
 
-    # asyncio's private attributes, which typeshed does not declare (annotations only: nothing changes)
+    # asyncio's attributes, and the scheduler, as slots: read and written as such by asyncio's code too (a
+    # slot is found before the instance dictionary), with no dictionary made unless asyncio sets others
+    __slots__ = ("_cancelling", "_sched", "_state", "_task", "_timeout_handler", "_when")
+    # (their types, which typeshed does not declare: annotations only)
     _state: Any
     _when: float | None
     _timeout_handler: Any
@@ -159,12 +165,13 @@ class Timeout(asyncio.Timeout):  # type: ignore[misc]  # typeshed marks it final
 _CREATED = getattr(_State, "CREATED", object())
 # asyncio's Timeout.__init__ sets these and nothing else (Python 3.11 to 3.13): Timeout's own __init__,
 # compiled in the build, sets them itself; where asyncio's sets more, it is called as it is.
-if vars(asyncio.Timeout(None)) == {
+_INIT_INLINE = vars(asyncio.Timeout(None)) == {
     "_state": _CREATED,
     "_timeout_handler": None,
     "_task": None,
     "_when": None,
-}:
+}
+if _INIT_INLINE:
     Timeout.__init__ = timeout_init  # type: ignore[method-assign]
 timeout_types(
     TimeoutTypes(
@@ -179,6 +186,7 @@ timeout_types(
         # (asyncio's own __aenter__ notes task.cancelling() as it enters, as the compiled one does, since
         # Python 3.11.3; before, __aexit__ compared uncancel() to 0: those take asyncio's coroutine)
         enter_notes_cancelling="_cancelling" in asyncio.Timeout.__aenter__.__code__.co_names,
+        init_is_compiled=_INIT_INLINE,
     )
 )
 
@@ -429,15 +437,9 @@ class AsyncScheduler(DriverBase):
             NotStartedError: before start(). RuntimeError: not called on the scheduler's loop.
             TypeError, ValueError: delay is not a number (or is NaN).
         """
-        loop = self._caller_loop
-        if (  # the common case first, checked inline: a float delay, running, on the loop's thread
-            loop is not None
-            and type(delay) is float
-            and delay == delay  # (not NaN)
-            and self._state is _RUNNING
-            and loop._thread_id == get_ident()
-        ):
-            return Timeout(self._time() + delay, self)
+        cm = timeout_fast(self, delay)  # (the common case)
+        if cm is not None:
+            return cm  # type: ignore[no-any-return]
         loop = self._timeout_loop()
         if _get_running_loop() is not loop:
             raise RuntimeError("sched.timeout() must be called on the scheduler's running event loop")

@@ -51,7 +51,7 @@ CALENDAR_WAKE = 30.0
 _INF = math.inf
 _NEW, _RUNNING = Lifecycle.NEW, Lifecycle.RUNNING  # (a global read is cheaper than the class attribute)
 _AS_COROUTINE = RunOptions(coroutine=True)  # the options of every coroutine job without others (frozen)
-_PENDING, _DONE, _CANCELLED = 0, 1, 2  # a HandleBase's states
+_PENDING, _DONE, _CANCELLED = 0, 1, 2  # a TimerHandle's states
 
 
 class DriverBase:
@@ -431,7 +431,7 @@ class _Hot:
         self.acquire, self.release = lock.acquire, lock.release
         self.caller_loop: Any = None  # the driver's `_caller_loop`
         self.running = self.accepting = False  # new
-        # For the moves of an event loop driver's plain timers (HandleBase, timeout_reschedule): its loop
+        # For the moves of an event loop driver's plain timers (TimerHandle, timeout_reschedule): its loop
         # (None: those moves take their slow path), whether the loop records its thread (`_thread_id`),
         # its clock's reader, and the store's horizon (a due from there on is the slow path's).
         self.loop: Any = None
@@ -576,7 +576,7 @@ def _reschedule(hot: _Hot, driver: DriverBase, task_id: int, delay: float) -> bo
 
 
 def _fill(
-    handle: HandleBase, sched: Any, hot: _Hot, when: float, callback: Any, args: Any, context: Any
+    handle: TimerHandle, sched: Any, hot: _Hot, when: float, callback: Any, args: Any, context: Any
 ) -> None:
     """A new handle's fields (its __init__, and call_later's fast path, which makes one without it)."""
     handle.due = 0.0  # (Timer.__init__, inline)
@@ -592,8 +592,8 @@ def _fill(
 
 
 def call_later_fast(
-    sched: Any, cls: type[HandleBase], delay: Any, callback: Any, args: tuple[Any, ...], context: Any
-) -> HandleBase | None:
+    sched: Any, cls: type[TimerHandle], delay: Any, callback: Any, args: tuple[Any, ...], context: Any
+) -> TimerHandle | None:
     """sched.call_later(delay, callback, *args, context=context) where it is the common case (a finite
     float delay, on the loop's thread, running, no context given): the handle, a new `cls`, armed; None
     where it is not (the driver's general path takes the call, with nothing changed)."""
@@ -609,7 +609,7 @@ def call_later_fast(
         and ((tid := loop._thread_id) is None or tid == get_ident())
     ):
         when: float = hot.time() + delay  # type: ignore[misc]
-        timer: HandleBase = HandleBase.__new__(cls)
+        timer: TimerHandle = TimerHandle.__new__(cls)
         _fill(timer, sched, hot, when, callback, args, copy_context())
         if when < _INF:  # (else never; as the driver's general path)
             try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
@@ -628,7 +628,7 @@ def time_after(now: float, delay: float) -> float:
         return _INF if delay > 0 else -_INF
 
 
-class HandleBase(Timer):
+class TimerHandle(Timer):
     """What AsyncScheduler's TimerHandle is and does (the class itself, in the asyncio driver, adds its
     kind and its documentation; this module imports no asyncio)."""
 
@@ -788,7 +788,7 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
     if type(when) is float and self._state is _entered:
         handle = self._timeout_handler
         if type(handle) is _timeout_handle:  # moved: its wheel entry moves in place
-            timer: HandleBase = handle
+            timer: TimerHandle = handle
             hot: _Hot = timer._hot
             if (
                 timer.id is not None
@@ -808,12 +808,14 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
                     self._when = timer._when = when
                     return
         elif handle is None and _enter_wheel(self, when):  # entered: its wheel entry is made
+            self._when = when
             return
     self._reschedule_slow(when)
 
 
 def _enter_wheel(self: Any, when: float) -> bool:
-    """Make the wheel entry of an entered timeout with none, at `when` (a float), where that is the common
+    """Make the wheel entry of an entered timeout with none, at `when` (a float; the caller sets the
+    timeout's `_when`), where that is the common
     case (a running scheduler, on its asyncio loop's thread, a due after now the store takes): True if made,
     False for the general path."""
     sched = self._sched
@@ -825,8 +827,8 @@ def _enter_wheel(self: Any, when: float) -> bool:
         and loop._thread_id == get_ident()
         and hot.time() < when < hot.horizon  # type: ignore[misc]
     ):
-        handle = _timeout_handle(sched, when, self._on_timeout)
-        self._when = when
+        handle: TimerHandle = TimerHandle.__new__(_timeout_handle)  # (its __init__, inline)
+        _fill(handle, sched, hot, when, self._on_timeout, (), None)
         self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
         try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
             hot.engine.add_timer(handle, when)
@@ -864,11 +866,31 @@ def timeout_init(self: Any, when: float | None, sched: Any) -> None:
     self._sched = sched
 
 
-def timeout_enter(self: Any) -> Any:
+def timeout_fast(sched: Any, delay: Any) -> Any:
+    """sched.timeout(delay) where it is the common case (a float delay, the scheduler running, called on its
+    asyncio loop's thread, Timeout's own __init__ the one below): the new Timeout; None where it is not
+    (the driver's general path takes the call)."""
+    hot: _Hot = sched._hot
+    loop = hot.caller_loop
+    if (
+        loop is not None
+        and type(delay) is float
+        and delay == delay  # (not NaN)
+        and hot.running
+        and _init_inline
+        and loop._thread_id == get_ident()
+    ):
+        timeout = _timeout_class.__new__(_timeout_class)  # (its __init__, inline)
+        timeout_init(timeout, hot.time() + delay, sched)  # type: ignore[misc]
+        return timeout
+    return None
+
+
+async def timeout_enter(self: Any) -> Any:
     """Enter the timeout (`async with`): asyncio's Timeout.__aenter__, its common case compiled."""
     # (The common case, as asyncio's own __aenter__ does it: a timeout not yet entered, inside a task.
-    # It returns an awaitable that is already done, instead of a coroutine; anything else, and every
-    # Python whose asyncio does not note the task's cancelling() as it enters, is asyncio's coroutine.)
+    # Anything else, and every Python whose asyncio does not note the task's cancelling() as it enters,
+    # is asyncio's own coroutine.)
     if self._state is _created and _notes_cancelling:
         task = _current_task()
         if task is not None:
@@ -879,11 +901,11 @@ def timeout_enter(self: Any) -> Any:
             # (self.reschedule(when), as asyncio's; for this class, its common case inline)
             if type(self) is not _timeout_class or type(when) is not float or not _enter_wheel(self, when):
                 self.reschedule(when)
-            return Ready(self)
-    return _asyncio.enter(self)
+            return self
+    return await _asyncio.enter(self)
 
 
-def timeout_exit(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+async def timeout_exit(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
     """Leave the timeout (`async with`): asyncio's Timeout.__aexit__, its common case compiled."""
     # (The common case, the same in every asyncio: left before it expired. Anything else is asyncio's.)
     if self._state is _entered:
@@ -892,8 +914,8 @@ def timeout_exit(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
             handle.cancel()
             self._timeout_handler = None
         self._state = _exited
-        return _NOTHING
-    return _asyncio.exit(self, exc_type, exc_val, exc_tb)
+        return None
+    return await _asyncio.exit(self, exc_type, exc_val, exc_tb)
 
 
 # (what help() and tracebacks call them: the methods they are)
@@ -902,33 +924,12 @@ timeout_enter.__name__, timeout_enter.__qualname__ = "__aenter__", "Timeout.__ae
 timeout_exit.__name__, timeout_exit.__qualname__ = "__aexit__", "Timeout.__aexit__"
 
 
-class Ready:
-    """An awaitable that is already done: awaiting it gives `value`, with no coroutine to make and run."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Any:
-        return self
-
-    def __iter__(self) -> Any:
-        return self
-
-    def __next__(self) -> Any:
-        raise StopIteration(self.value)
-
-
-_NOTHING = Ready(None)  # (what __aexit__ gives: it has no state, so one serves every call)
-
-
 @dataclasses.dataclass
 class TimeoutTypes:
     """What the compiled paths of the asyncio driver's Timeout need of asyncio (this module imports no
     asyncio): the driver's Timeout class, the class of its wheel entry, asyncio's Timeout states,
-    current_task(), asyncio's own __aenter__ and __aexit__, and whether that __aenter__ notes the task's
-    cancelling()."""
+    current_task(), asyncio's own __aenter__ and __aexit__, whether that __aenter__ notes the task's
+    cancelling(), and whether the driver's Timeout.__init__ is timeout_init."""
 
     timeout: Any = None
     handle: Any = None
@@ -939,6 +940,7 @@ class TimeoutTypes:
     enter: Any = None
     exit: Any = None
     enter_notes_cancelling: bool = False
+    init_is_compiled: bool = False  # whether the driver's Timeout.__init__ is timeout_init
 
 
 _asyncio = TimeoutTypes()  # (until timeout_types() is called, no timeout takes a compiled path)
@@ -950,17 +952,19 @@ _entered: Any = None
 _exited: Any = None
 _current_task: Any = None
 _notes_cancelling = False
+_init_inline = False
 
 
 def timeout_types(types: TimeoutTypes) -> None:
     """Tell the compiled paths of the asyncio driver's Timeout what they need of asyncio (the asyncio driver
     does, when it is imported)."""
     global _asyncio, _timeout_class, _timeout_handle, _created, _entered, _exited, _current_task
-    global _notes_cancelling
+    global _notes_cancelling, _init_inline
     _asyncio = types
     _timeout_class = types.timeout
     _timeout_handle, _created, _entered, _exited = types.handle, types.created, types.entered, types.exited
     _current_task, _notes_cancelling = types.current_task, bool(types.enter_notes_cancelling)
+    _init_inline = bool(types.init_is_compiled)
 
 
 def _uninitialised(driver: DriverBase) -> AttributeError:

@@ -524,6 +524,10 @@ class _Deadline:
 def _timer_subclass(cls: type[Timer], /, **kwargs: Any) -> None:
     """Timer.__init_subclass__: check the new class's `kind` and set its `_kind`, the index of the counts."""
     super(Timer, cls).__init_subclass__(**kwargs)
+    slots = cls.__dict__.get("__slots__", ())
+    for name in ("due", "id"):
+        if name in ((slots,) if isinstance(slots, str) else slots):
+            raise TypeError(f"{cls.__name__}.__slots__ must not name {name!r}: Timer has it already")
     kind = cls.kind
     if type(kind) is not str:
         raise TypeError(f"{cls.__name__}.kind must be a str (one of {TIMER_KINDS}), not {kind!r}")
@@ -539,6 +543,9 @@ class Timer:
     due, drain() calls its fire(). `id` is its entry in the store while armed, None otherwise; `due` the
     time it is armed at. A fire() that raises is logged; KeyboardInterrupt and SystemExit propagate (what
     the scheduler's `propagate` says), and the timers not yet run in that drain stay due.
+
+    A Timer cannot be pickled or copied (a copy would claim its entry in the store), and a subclass's
+    `__slots__` must not name `due` or `id` again.
 
     `kind`, a class attribute, is what stats() counts its armed timers as: one of TIMER_KINDS ("keys",
     "handles", "timeouts", "sleeps"), or "timers" (the default: counted only in Stats.timers). It is read
@@ -558,6 +565,10 @@ class Timer:
 
     def fire(self) -> None:
         """Its due came (it is out of the store): do its work."""
+
+    def __reduce__(self) -> Any:
+        name = type(self).__name__
+        raise TypeError(f"{name} (a Timer) cannot be pickled or copied: it is an entry of one scheduler")
 
     def _due(self, engine: _Engine, timer_id: int, now: float, driver: Driver) -> int:
         if self.id == timer_id:  # not cancelled or moved by an earlier item of this batch
