@@ -112,6 +112,8 @@ def test_the_command_prints_a_table_and_writes_json(
         (["--budget", "nan"], "budget"),
         (["--quick", "--json", "/nonexistent/dir/out.json"], "cannot write"),
         (["--budget", "0"], "budget"),
+        (["--server", "0"], "server"),
+        (["--server", "100000"], "server"),
     ],
 )
 def test_bad_options_are_refused_clearly(
@@ -234,3 +236,28 @@ def test_an_operation_a_competitor_cannot_do_is_reported_and_the_rest_measured()
     records = list(worker("ThreadedScheduler", [100], ["schedule_expire", "memory"], 1, 0.001))
     assert records[1]["op"] == "schedule_expire" and "real time" in records[1]["unsupported"]
     assert records[2]["op"] == "memory" and records[2]["bytes"] > 0
+
+
+def test_the_server_scenario_shows_beside_the_core_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--server: a tiny real run of the echo server and its load generator (processes, 127.0.0.1)."""
+    from timerwheel.bench import scenario
+
+    monkeypatch.setattr(scenario, "PATTERNS", ("none", "timerwheel"))  # two of them: a few seconds
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--quick", "--sizes", "100", "--competitors", WHEEL, "--ops", "reset", "--server", "10"]
+    assert cli.main([*argv, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "reset: ns per operation" in text and "server, 10 connections" in text
+    server = json.loads(out.read_text())["server"]
+    assert server["conns"] == 10 and "asyncio" in server["loops"]
+    assert len(server["records"]) == 2 * len(server["loops"])  # each pattern on each loop, once
+    for record in server["records"]:
+        assert record["pattern"] in ("none", "timerwheel") and record["connected"] == 10
+        for phase in ("saturated", "moderate"):
+            assert record["phases"][phase]["messages"] > 0 and record["phases"][phase]["us_per_message"] > 0
+        assert record["phases"]["in-process"]["us_per_message"] > 0
+        assert record["closed"]["early"] == 0
+    assert cli.main(["bench", "--report", str(out)]) == 0  # a saved run prints the same section
+    assert "server, 10 connections" in capsys.readouterr().out

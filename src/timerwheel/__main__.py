@@ -5,6 +5,7 @@
     python -m timerwheel bench --quick      # a few seconds
     python -m timerwheel bench --sizes 1e4,1e6 --ops schedule_cancel,reset --json out.json --plot out.png
     python -m timerwheel bench --report out.json     # the tables of a saved run (or of benchmarks/' JSON)
+    python -m timerwheel bench --server 1000         # and an echo server's CPU per message (~1 minute more)
 
 Every figure is a median of several rounds with the garbage collector off, each competitor in its own
 process; docs/performance.md explains the methods and the results on one machine.
@@ -20,6 +21,7 @@ import sys
 
 from . import BACKEND, __version__
 from .bench import COMPETITORS, OPERATIONS, format_report, load, plot, run_bench, worker_main
+from .bench.scenario import server_section
 
 DEFAULT_SIZES = [10**3, 10**4, 10**5, 10**6, 10**7]
 QUICK_SIZES = [10**3, 10**4]
@@ -77,6 +79,13 @@ def bench(argv: list[str]) -> int:
     parser.add_argument(
         "--baseline", help="the competitor the ratios are to (default: the wheel of the backend in use)"
     )
+    parser.add_argument(
+        "--server",
+        type=int,
+        metavar="N",
+        help="also run an echo server with N connections and a load generator (127.0.0.1) for each pattern"
+        " of timers, on asyncio and uvloop: the server's CPU per message (about a minute; --quick: seconds)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # the process of one competitor
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else DEFAULT_SIZES)
@@ -84,6 +93,8 @@ def bench(argv: list[str]) -> int:
     budget = args.budget if args.budget is not None else 0.01 if args.quick else 0.05
     if rounds < 1 or not 0 < budget < math.inf:
         parser.error("--rounds must be >= 1 and --budget a number of seconds > 0")
+    if args.server is not None and not 1 <= args.server <= 19_000:
+        parser.error("--server: connections must be between 1 and 19000 (one listening port, one process)")
     if args.worker:
         return worker_main(args.worker, sizes, args.ops, rounds, budget)
     if args.report:
@@ -107,6 +118,8 @@ def bench(argv: list[str]) -> int:
         parser.error(f"--json: cannot write {args.json}: {exc.strerror}")
     try:
         report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
+        if args.server is not None:
+            report["server"] = server_section(args.server, quick=args.quick)
         print(format_report(report, args.baseline))
         if out is not None:
             json.dump(report, out, indent=1)

@@ -4,7 +4,8 @@ A report is a dict (written as JSON by `python -m timerwheel bench --json`):
 
     {"machine": {"python", "platform", "cpu", "cpus"}, "sizes": [...], "versions": {competitor: version},
      "skipped": {competitor: why}, "results": [{"competitor", "op", "size", and "ns" (per operation),
-     "bytes" (per pending timer) or "unsupported" (why not)}]}
+     "bytes" (per pending timer) or "unsupported" (why not)}],
+     "server": (with --server) {"conns", "loops", "skipped", "records": one per echo-server run}}
 
 pytest-benchmark's JSON, from the files of benchmarks/ (each benchmark's extra_info names its competitor,
 operation, size and operations per round), becomes one with from_pytest_benchmark(); load() reads either.
@@ -163,6 +164,10 @@ def format_report(report: dict[str, Any], baseline: str | None = None) -> str:
         out.append("\n" + "\n".join(notes))
     for name, why in report["skipped"].items():
         out.append(f"skipped {name}: {why}")
+    if report.get("server"):
+        from .scenario import format_server_section  # (not at import: the server's process imports this)
+
+        out.append(format_server_section(report["server"]))
     out.append("Timer-wheel packages on PyPI, not measured:")
     out.extend(f"  {pkg}: {why}" for pkg, why in PYPI_WHEELS.items())
     return "\n".join(out)
