@@ -254,7 +254,7 @@ def format_server_report(rows: list[dict[str, Any]], conns: int, key: str = "us_
     patterns = sorted({r["pattern"] for r in rows}, key=lambda p: _rank(PATTERNS, p))
     cell = {(r["loop"], r["phase"], r["pattern"]): r for r in rows}
     width = 30
-    out = [f"\nserver, {conns:,} connections: {UNITS[key]}, median (min to max)"]
+    out = [f"\nserver, {conns:,} connections: {UNITS[key]}, median (min to max) of the runs"]
     out[0] += " [the timers' share of the server's CPU]" if share else ""
     out.append(f"  {'':<20}" + "".join(f"{loop + ', ' + phase:>{width}}" for loop, phase in columns))
     for pattern in patterns:
@@ -265,7 +265,9 @@ def format_server_report(rows: list[dict[str, Any]], conns: int, key: str = "us_
                 cells.append("")
                 continue
             digits = 0 if r["median"] >= 1000 else 1
-            text = f"{r['median']:,.{digits}f} ({r['min']:,.{digits}f} to {r['max']:,.{digits}f})"
+            text = f"{r['median']:,.{digits}f}"
+            if r["runs"] > 1:
+                text += f" ({r['min']:,.{digits}f} to {r['max']:,.{digits}f})"
             if share and "timer_share" in r:
                 text += f" [{r['timer_share']:.0%}]"
             cells.append(text)
