@@ -1918,3 +1918,35 @@ def test_on_uvloop_a_timeout_entered_on_another_loop_is_refused() -> None:
     finally:
         ours.run_until_complete(sched.close())
         ours.close()
+
+
+def test_a_handle_reset_to_never_and_back_fires_once_at_its_last_due() -> None:
+    """reset(math.inf) takes a handle out of the wheel (pending, never due) and a finite reset puts it back:
+    the request-deadline pattern, two resets per request. It fires once, at its last due, never early; the
+    stats count it only while it is on the wheel."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        async with AsyncScheduler() as sched:
+            fired: list[float] = []
+            handle = sched.call_later(5.0, lambda: fired.append(loop.time()))
+            t0 = loop.time()
+            for _ in range(3):
+                assert handle.reset(math.inf) and handle.when() == math.inf
+                assert sched.stats().handles == 0 and not handle.cancelled()
+                await asyncio.sleep(10)
+                assert fired == []
+                assert handle.reset(5.0) and handle.when() == loop.time() + 5.0
+                assert sched.stats().handles == 1
+            last = handle.when()
+            await asyncio.sleep(4.0)
+            assert handle.reset(math.inf)
+            await asyncio.sleep(100)
+            assert fired == [] and last == t0 + 35.0
+            assert handle.reset(2.0)
+            await asyncio.sleep(10)
+            assert fired == [t0 + 136.0]
+            assert not handle.reset(1.0) and not handle.reset(math.inf)  # it ran: nothing moves
+            assert sched.stats().handles == 0
+
+    run(main)

@@ -700,24 +700,35 @@ class TimerHandle(Timer):
             TypeError: delay is not a number. ValueError: delay is NaN.
             RuntimeError: called from another thread while the loop runs.
         """
-        # (The common case here: an armed timer, a float delay, on the loop's thread, a due the store
-        # takes, moved in place by the engine; anything else is _reset(), the same result, slower.)
+        # (The common cases here, a float delay on the loop's thread: an armed timer, moved in place by the
+        # engine to a due the store takes; an armed one moved to never (a delay of inf), taken out; a
+        # pending one armed at no due (inf) put in at a due the store takes, with the scheduler running.
+        # Anything else is _reset(), the same result, slower.)
         hot: _Hot = self._hot
-        if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
+        if type(delay) is float and _on_loop_thread(hot, self._sched):
             due: float = hot.time() + delay  # type: ignore[misc]
-            if -_INF < due < hot.horizon:  # (NaN is not)
-                try:
-                    moved = hot.engine.move_timer(self, due)
-                except BaseException as exc:
-                    if self.due == due:  # moved, then arming the loop handle failed: it stays moved, as said
+            if self.id is not None:
+                if -_INF < due < hot.horizon:  # (NaN is not)
+                    try:
+                        moved = hot.engine.move_timer(self, due)
+                    except BaseException as exc:
+                        if self.due == due:  # moved, then arming the loop handle failed: it stays moved
+                            self._when = due
+                            raise
+                        if not isinstance(exc, (ValueError, OverflowError)):
+                            raise
+                        moved = False  # the store refused the due: the general path
+                    if moved:
                         self._when = due
-                        raise
-                    if not isinstance(exc, (ValueError, OverflowError)):
-                        raise
-                    moved = False  # the store refused the due: the general path
-                if moved:
+                        return True
+                elif due == _INF:  # never (until moved again): out of the store, as _move() does
+                    hot.engine.cancel_timer(self)
                     self._when = due
                     return True
+            elif self._state == _PENDING and hot.running and -_INF < due < hot.horizon:
+                self._when = due  # (first, as _move(): whatever arming raises, it is due there)
+                hot.engine.add_timer(self, due)
+                return True
         return self._reset(delay)
 
     def _reset(self, delay: float) -> bool:
