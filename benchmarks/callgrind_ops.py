@@ -211,6 +211,34 @@ def keyed_upsert(n: int) -> None:
         upsert(j % 1000, j + 1)
 
 
+def keyed_next_run(n: int) -> None:
+    """What an upsert cannot do without: the wall clock read, the datetime of now, the workloads' next_run
+    called, and the timestamp of what it returned (the baseline that "beyond next_run" subtracts)."""
+    from datetime import UTC, datetime
+
+    _, s, k = _keyed(3600.0)
+    wall, next_run = s.wall_clock, k._table.next_run
+    for j in range(n):
+        next_run(datetime.fromtimestamp(wall(), UTC), j % 1000, j + 1).timestamp()
+
+
+def keyed_upsert_new(n: int) -> None:
+    """Upserts of new keys: a record made, its timer added."""
+    upsert = _keyed(3600.0)[2].upsert
+    for j in range(1000, 1000 + n):
+        upsert(j, j)
+
+
+def keyed_upsert_new_remove(n: int) -> None:
+    """Upserts of new keys, then their removal: printed less keyed-upsert-new, the cost of a remove."""
+    k = _keyed(3600.0)[2]
+    upsert, remove = k.upsert, k.remove
+    for j in range(1000, 1000 + n):
+        upsert(j, j)
+    for j in range(1000, 1000 + n):
+        remove(j)
+
+
 def keyed_get(n: int) -> None:
     get = _keyed(3600.0)[2].get
     for j in range(n):
@@ -241,10 +269,15 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
     "async-asyncio-timeout": lambda n: _on_loop(lambda s, n: _timeout_reschedule(s, n, asyncio.timeout), n),
     "async-timeout-enter": lambda n: _on_loop(lambda s, n: _timeout_enter(s, n, s.timeout), n),
     "async-asyncio-timeout-enter": lambda n: _on_loop(lambda s, n: _timeout_enter(s, n, asyncio.timeout), n),
+    "keyed-next-run": keyed_next_run,
     "keyed-upsert": keyed_upsert,
+    "keyed-upsert-new": keyed_upsert_new,
+    "keyed-remove": keyed_upsert_new_remove,
     "keyed-get": keyed_get,
     "keyed-fire": keyed_fire,
 }
+# Workloads whose operation is counted as the difference from another's: (that workload, what is printed).
+LESS: dict[str, str] = {"keyed-remove": "keyed-upsert-new"}
 
 
 def count(name: str, n: int) -> int:
@@ -283,9 +316,17 @@ def main(argv: list[str]) -> None:
     import timerwheel._engine as engine
 
     print(f"timerwheel {timerwheel.__file__} ({timerwheel.BACKEND}, engine {engine.ENGINE})")
+    counted: dict[str, float] = {}
+
+    def per_op(name: str) -> float:
+        if name not in counted:
+            counted[name] = (count(name, 20_000) - count(name, 10_000)) / 10_000
+        return counted[name]
+
     for name in names:
-        per_op = (count(name, 20_000) - count(name, 10_000)) / 10_000
-        print(f"{name:24} {per_op:9,.0f} instructions per operation")
+        less = LESS.get(name)
+        ops = per_op(name) - (per_op(less) if less else 0.0)
+        print(f"{name:24} {ops:9,.0f} instructions per operation" + (f" (less {less})" if less else ""))
 
 
 if __name__ == "__main__":

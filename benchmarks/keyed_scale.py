@@ -6,9 +6,9 @@ Bytes per key: the growth of tracemalloc's traced memory (the Cython wheel alloc
 tracemalloc sees) while N keys are upserted on a started Scheduler (default clocks), divided by N, in one
 process; and the growth of the resident set size (/proc/self/statm) in another, without tracemalloc. The
 keys are made before the count starts (they are the user's). Times: the median of R runs of snapshot(),
-and of OPS upserts of known (then new) keys, in a third process, and of the same OPS calls of next_run alone
-(with the datetime of now made for each, as upsert makes it): what "beyond next_run" subtracts. next_run
-returns a datetime computed ahead, as in test_bench_keyed.py.
+of OPS upserts of known (then new) keys and of the removal of those new keys, in a third process, and of
+the same OPS calls of next_run alone (with the datetime of now made for each, as upsert makes it): what
+"beyond next_run" subtracts. next_run returns a datetime computed ahead, as in test_bench_keyed.py.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def child(mode: str, n: int, repeat: int) -> dict[str, Any]:
     keyed, keys, _ = build(n)
     gc.collect()
     gc.disable()
-    upsert = keyed.upsert
+    upsert, remove = keyed.upsert, keyed.remove
     out: dict[str, Any] = {"backend": BACKEND, "keys": n}
     if mode == "traced":
         tracemalloc.start()
@@ -75,7 +75,7 @@ def child(mode: str, n: int, repeat: int) -> dict[str, Any]:
     else:
         for i in range(n):
             upsert(keys[i], i)
-        snaps, known, new, alone = [], [], [], []
+        snaps, known, new, removed, alone = [], [], [], [], []
         for r in range(repeat):
             t = time.perf_counter()
             snap = keyed.snapshot()
@@ -91,11 +91,14 @@ def child(mode: str, n: int, repeat: int) -> dict[str, Any]:
             for i in range(n, n + OPS):
                 upsert(keys[i], i)
             new.append((time.perf_counter() - t) / OPS)
+            t = time.perf_counter()
             for i in range(n, n + OPS):
-                keyed.remove(keys[i])
+                remove(keys[i])
+            removed.append((time.perf_counter() - t) / OPS)
         out["snapshot_s"] = statistics.median(snaps)
         out["upsert_known_ns"] = statistics.median(known) * 1e9
         out["upsert_new_ns"] = statistics.median(new) * 1e9
+        out["remove_ns"] = statistics.median(removed) * 1e9
         out["next_run_alone_ns"] = statistics.median(alone) * 1e9  # with the datetime of now it is given
     return out
 
