@@ -660,6 +660,10 @@ def _posix(when: Any, name: str) -> float:
 
 def _clock_value(value: Any) -> float:
     """A clock's reading as a finite float, or a ValueError / TypeError that says the clock gave it."""
+    # A finite float (inf - inf and NaN - NaN are NaN) is what seconds() would give back: the common case,
+    # without its call (the wall clock is read at every drain and every upsert of a key).
+    if type(value) is float and value - value == 0.0:
+        return value
     try:
         return seconds(value, "the clock's reading")
     except (TypeError, ValueError, OverflowError) as exc:
