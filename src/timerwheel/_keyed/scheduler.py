@@ -196,6 +196,9 @@ class KeyedScheduler:
             on_missed=on_missed,
         )
         self._keys = table.keys  # (the same dict, for the hot paths)
+        # upsert() takes its common case inline, but never under an AsyncScheduler nor with a durable
+        # store (they go through _upsert(): its checks, and the store's commit first)
+        self._inline = not table.is_async and not table.durable
         self._journal = Journal(table)
         self._runs = Runs(table, self._journal, run, context=context, run_timeout=run_timeout)
         self._shared_keys = SharedKeys(table, self._journal)
@@ -367,9 +370,8 @@ class KeyedScheduler:
             driver = self._driver
             if (
                 engine is None
+                or not self._inline
                 or t.closed
-                or t.is_async
-                or t.durable
                 or (rec is not None and rec.running)
                 or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
@@ -399,18 +401,18 @@ class KeyedScheduler:
                 state = rec.state
                 if not MIN_POSIX <= at <= MAX_POSIX:
                     pass
-                elif state is KeyState.PENDING:
+                elif state is _PENDING:
                     if engine.move_wall_timer(rec, at):
                         rec.next_run_at = at
                         return
                 elif rec.id is None:
                     engine.add_wall_timer(rec, at)
                     rec.next_run_at = at
-                    rec.state = KeyState.PENDING
-                    if state is KeyState.INVALID:
+                    rec.state = _PENDING
+                    if state is _INVALID:
                         rec.last_error = None
                     if t.on_state_change is not None:
-                        t.call(t.on_state_change, key, state, KeyState.PENDING)
+                        t.call(t.on_state_change, key, state, _PENDING)
                     return
             t.planned(rec, t.checked(when))
         finally:
@@ -591,3 +593,5 @@ def _check_scheduler_open(scheduler: Any) -> None:
 
 
 _CLOSED = Lifecycle.CLOSED
+_PENDING = KeyState.PENDING  # (a module constant: an enum member read through its class is a slow lookup)
+_INVALID = KeyState.INVALID
