@@ -600,6 +600,21 @@ def test_a_cron_as_next_run_and_the_wall_clock() -> None:
     assert ran == ["2025-03-30T01:00:00+00:00", "2025-03-31T01:00:00+00:00"]
 
 
+def test_upsert_a_fraction_of_a_microsecond_before_a_cron_point_runs_at_that_point(d: Driver) -> None:
+    """next_run is asked from now rounded down to the microsecond, never up to the point itself (which a
+    Cron would skip), before start() and after it, on every scheduler."""
+    point = datetime(2025, 3, 30, 1, 0, tzinfo=UTC)
+    clock = d.loop if isinstance(d, Loop) else d.clock  # type: ignore[attr-defined]
+    clock.set_wall(point.timestamp() - 3e-7)
+    k = d.keyed(Cron("* * * * *"), lambda key, data: None)
+    k.upsert("before start")
+    k.start()
+    k.upsert("started")
+    for key in ("before start", "started"):
+        info = k.get(key)
+        assert info is not None and info.next_run_at == point, key
+
+
 def test_a_wall_clock_that_steps_back_between_a_fire_and_its_start_delays_the_start() -> None:
     """Two keys fire at wall 10; the first one's run steps the wall clock back 30 s (NTP) before the
     second one's run starts. The second used to start then, at wall -20, before its time: it waits for its

@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from .._clock import utc_not_after
 from .._drivers import DriverBase, engine_of, lifecycle_of, lock_of
 from .._engine import Scheduler
 from .._stores import KeyStore, MemoryStore, encode_key
@@ -42,7 +43,6 @@ from .keys import (
     Reschedule,
     check_key,
     checked_key,
-    from_posix,
 )
 from .recovery import apply_all, decide_all, load
 from .runs import Runs, in_a_run
@@ -389,7 +389,7 @@ class KeyedScheduler:
             rec.generation += 1
             rec.catch_up = None
             try:
-                when = t.next_run(from_posix(wall, UTC), key, data)
+                when = t.next_run(utc_not_after(wall), key, data)  # (as KeyTable.evaluate: never after)
             except BaseException as exc:
                 t.invalid(rec, t.guarded(exc))
                 return
