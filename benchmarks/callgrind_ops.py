@@ -212,14 +212,15 @@ def keyed_upsert(n: int) -> None:
 
 
 def keyed_next_run(n: int) -> None:
-    """What an upsert cannot do without: the wall clock read, the datetime of now, the workloads' next_run
-    called, and the timestamp of what it returned (the baseline that "beyond next_run" subtracts)."""
-    from datetime import UTC, datetime
+    """What an upsert cannot do without: the wall clock read, the datetime of now (rounded down to the
+    microsecond, as upsert makes it), the workloads' next_run called, and the timestamp of what it
+    returned (the baseline that "beyond next_run" subtracts)."""
+    from timerwheel._clock import utc_not_after
 
     _, s, k = _keyed(3600.0)
     wall, next_run = s.wall_clock, k._table.next_run
     for j in range(n):
-        next_run(datetime.fromtimestamp(wall(), UTC), j % 1000, j + 1).timestamp()
+        next_run(utc_not_after(wall()), j % 1000, j + 1).timestamp()
 
 
 def keyed_upsert_new(n: int) -> None:
