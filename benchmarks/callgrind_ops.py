@@ -134,6 +134,17 @@ def _async_reset(s: object, n: int) -> None:
         handles[i % 1000].reset(3000.0)
 
 
+def _reset_never_and_back(s: object, n: int) -> None:
+    """A request deadline kept on a handle: reset(inf) when a request ends, reset(d) when the next starts
+    (one operation is the pair)."""
+    handles = [s.call_later(1000 + i, noop) for i in range(1000)]  # type: ignore[attr-defined]
+    never = float("inf")
+    for i in range(n):
+        handle = handles[i % 1000]
+        handle.reset(never)
+        handle.reset(3000.0)
+
+
 class _Conn:
     """A connection that keeps its own idle deadline, as aiohttp's keep-alive does."""
 
@@ -264,6 +275,7 @@ WORKLOADS: dict[str, Callable[[int], None]] = {
     "async-jobs-reschedule": lambda n: _on_loop(_async_reschedule, n),
     "async-call-later": lambda n: _on_loop(_async_call_later, n),
     "async-handle-reset": lambda n: _on_loop(_async_reset, n),
+    "async-handle-never-and-back": lambda n: _on_loop(_reset_never_and_back, n),
     "async-hand-kept": lambda n: _on_loop(_hand_kept, n),
     "async-asyncio-reset": lambda n: _on_loop(_asyncio_reset, n),
     "async-timeout-reschedule": lambda n: _on_loop(lambda s, n: _timeout_reschedule(s, n, s.timeout), n),
