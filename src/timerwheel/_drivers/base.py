@@ -703,29 +703,37 @@ class TimerHandle(Timer):
         # (The common cases here, a float delay on the loop's thread: an armed timer, moved in place by the
         # engine to a due the store takes; an armed one moved to never (a delay of inf), taken out; a
         # pending one armed at no due (inf) put in at a due the store takes, with the scheduler running.
-        # Anything else is _reset(), the same result, slower.)
+        # Anything else is _reset(), the same result, slower; a handle that ran or was cancelled reads no
+        # clock.)
         hot: _Hot = self._hot
-        if type(delay) is float and _on_loop_thread(hot, self._sched):
+        if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
             due: float = hot.time() + delay  # type: ignore[misc]
-            if self.id is not None:
-                if -_INF < due < hot.horizon:  # (NaN is not)
-                    try:
-                        moved = hot.engine.move_timer(self, due)
-                    except BaseException as exc:
-                        if self.due == due:  # moved, then arming the loop handle failed: it stays moved
-                            self._when = due
-                            raise
-                        if not isinstance(exc, (ValueError, OverflowError)):
-                            raise
-                        moved = False  # the store refused the due: the general path
-                    if moved:
+            if -_INF < due < hot.horizon:  # (NaN is not)
+                try:
+                    moved = hot.engine.move_timer(self, due)
+                except BaseException as exc:
+                    if self.due == due:  # moved, then arming the loop handle failed: it stays moved
                         self._when = due
-                        return True
-                elif due == _INF:  # never (until moved again): out of the store, as _move() does
-                    hot.engine.cancel_timer(self)
+                        raise
+                    if not isinstance(exc, (ValueError, OverflowError)):
+                        raise
+                    moved = False  # the store refused the due: the general path
+                if moved:
                     self._when = due
                     return True
-            elif self._state == _PENDING and hot.running and -_INF < due < hot.horizon:
+            elif due == _INF:  # never (until moved again): out of the store, as _move() does
+                hot.engine.cancel_timer(self)
+                self._when = due
+                return True
+        elif (
+            self._state == _PENDING
+            and type(delay) is float
+            and hot.running
+            and self.id is None
+            and _on_loop_thread(hot, self._sched)
+        ):
+            due = hot.time() + delay  # type: ignore[misc]
+            if -_INF < due < hot.horizon:
                 self._when = due  # (first, as _move(): whatever arming raises, it is due there)
                 hot.engine.add_timer(self, due)
                 return True
