@@ -605,11 +605,7 @@ def test_the_timeout_is_an_asyncio_timeout() -> None:
             assert type(cm).__name__ == "Timeout"
             assert repr(cm) == "<Timeout [created]>"
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
 
 
 def test_nan_deadline_is_refused_and_changes_nothing() -> None:
@@ -629,11 +625,7 @@ def test_nan_deadline_is_refused_and_changes_nothing() -> None:
                 async with sched.timeout_at(math.nan):
                     pass
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
 
 
 def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
@@ -641,6 +633,15 @@ def test_the_fast_path_knows_asyncio_s_entered_state() -> None:
     from timerwheel._drivers import asyncio as _asyncio
 
     assert _asyncio._ENTERED is asyncio.timeouts._State.ENTERED  # type: ignore[attr-defined]
+
+
+def _on_virtual_time(main: Callable[[], Awaitable[Any]]) -> Any:
+    """Run main() on a new virtual-time loop, and close it."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
 
 
 def _base_build() -> Any:
@@ -670,11 +671,7 @@ def _enter_one() -> None:
         async with AsyncScheduler() as sched, sched.timeout(LONG):
             pass
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -717,11 +714,7 @@ def test_a_new_timeout_has_asyncio_s_attributes_and_its_scheduler() -> None:
             assert {name: getattr(cm, name) for name in theirs} == theirs
             assert vars(cm) == {}  # (asyncio's attributes are the subclass's slots)
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
 
 
 def test_entering_a_timeout_outside_a_task_raises_as_asyncio_s() -> None:
@@ -742,11 +735,7 @@ def test_entering_a_timeout_outside_a_task_raises_as_asyncio_s() -> None:
             loop.call_soon(enter, sched.timeout(1.0))
             await asyncio.sleep(0)
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
     assert len(errors) == 2 and errors[0] == errors[1]
 
 
@@ -767,8 +756,4 @@ def test_timeout_takes_every_number_sleep_takes() -> None:
                     await asyncio.sleep(1)
             assert asyncio.get_running_loop().time() == now + 0.5
 
-    loop = VirtualTimeLoop()
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
+    _on_virtual_time(main)
