@@ -26,7 +26,7 @@ cdef class _Hot:
     cdef public object acquire, release
     cdef public object caller_loop
     cdef public object loop, time
-    cdef public bint exact
+    cdef public bint exact, own_check
     cdef public double horizon
 
     cpdef sync(self, object state, object fault)
@@ -72,7 +72,7 @@ cdef int _fill(TimerHandle handle, object sched, _Hot hot, double when, object c
 cpdef call_later_fast(object sched, object cls, object delay, object callback, tuple args, object context)
 
 @cython.locals(hot=_Hot, handle=TimerHandle)
-cdef bint _enter_wheel(object self, double when) except -1
+cdef bint _enter_wheel(object self, double when, object task) except -1
 
 cpdef timeout_init(object self, object when, object sched)
 

@@ -336,6 +336,7 @@ class AsyncScheduler(DriverBase):
         self._caller_loop = self._hot.caller_loop = loop if self._exact and ours else None
         # (the compiled moves of handles and timeouts: see base._on_loop_thread)
         self._hot.loop = loop
+        self._hot.own_check = ours
         self._hot.exact = self._exact
         self._hot.time = now
         self._tasks = TaskPool(

@@ -407,6 +407,7 @@ class _Hot:
         "locking",
         "loop",
         "missed",
+        "own_check",
         "release",
         "running",
         "time",
@@ -435,6 +436,7 @@ class _Hot:
         # (None: those moves take their slow path), whether the loop records its thread (`_thread_id`),
         # its clock's reader, and the store's horizon (a due from there on is the slow path's).
         self.loop: Any = None
+        self.own_check = False  # the driver's _check_caller() is its class's own (not a subclass's)
         self.exact = False
         self.time: Callable[[], float] | None = None
         self.horizon = 0.0
@@ -826,26 +828,25 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
                 if moved:
                     self._when = timer._when = when
                     return
-        elif handle is None and _enter_wheel(self, when):  # entered: its wheel entry is made
+        elif handle is None and _enter_wheel(self, when, None):  # entered: its wheel entry is made
             self._when = when
             return
     self._reschedule_slow(when)
 
 
-def _enter_wheel(self: Any, when: float) -> bool:
+def _enter_wheel(self: Any, when: float, task: Any) -> bool:
     """Make the wheel entry of an entered timeout with none, at `when` (a float; the caller sets the
-    timeout's `_when`), where that is the common
-    case (a running scheduler, on its asyncio loop's thread, a due after now the store takes): True if made,
-    False for the general path."""
+    timeout's `_when`), where that is the common case (a running scheduler, called on its loop, a due after
+    now the store takes): True if made, False for the general path. `task`, if not None, is the current
+    task of the caller's thread (its loop runs there): the scheduler's loop if it is the task's."""
     sched = self._sched
     hot: _Hot = sched._hot
-    loop = hot.caller_loop  # (asyncio's loops only: the loop's own record of its thread)
-    if (
-        hot.running
-        and loop is not None
-        and loop._thread_id == get_ident()
-        and hot.time() < when < hot.horizon  # type: ignore[misc]
-    ):
+    if task is not None:  # (any loop, uvloop too: the running loop of this thread is the task's)
+        here = hot.own_check and task.get_loop() is hot.loop
+    else:  # (asyncio's loops only: the loop's own record of its thread)
+        loop = hot.caller_loop
+        here = loop is not None and loop._thread_id == get_ident()
+    if hot.running and here and hot.time() < when < hot.horizon:  # type: ignore[misc]
         handle: TimerHandle = TimerHandle.__new__(_timeout_handle)  # (its __init__, inline)
         _fill(handle, sched, hot, when, self._on_timeout, (), None)
         self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
@@ -918,7 +919,11 @@ async def timeout_enter(self: Any) -> Any:
             self._cancelling = task.cancelling()
             when = self._when
             # (self.reschedule(when), as asyncio's; for this class, its common case inline)
-            if type(self) is not _timeout_class or type(when) is not float or not _enter_wheel(self, when):
+            if (
+                type(self) is not _timeout_class
+                or type(when) is not float
+                or not _enter_wheel(self, when, task)
+            ):
                 self.reschedule(when)
             return self
     return await _asyncio.enter(self)
