@@ -37,9 +37,7 @@ from . import (
     timeout_reschedule,
     timeout_types,
 )
-from . import (
-    TimerHandle as _TimerHandle,
-)
+from . import TimerHandle as _TimerHandle
 from .pools import TaskPool
 
 __all__ = ["AsyncScheduler", "TimerHandle"]
