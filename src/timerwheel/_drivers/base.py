@@ -829,16 +829,15 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
                     self._when = timer._when = when
                     return
         elif handle is None and _enter_wheel(self, when, None):  # entered: its wheel entry is made
-            self._when = when
             return
     self._reschedule_slow(when)
 
 
 def _enter_wheel(self: Any, when: float, task: Any) -> bool:
-    """Make the wheel entry of an entered timeout with none, at `when` (a float; the caller sets the
-    timeout's `_when`), where that is the common case (a running scheduler, called on its loop, a due after
-    now the store takes): True if made, False for the general path. `task`, if not None, is the current
-    task of the caller's thread (its loop runs there): the scheduler's loop if it is the task's."""
+    """Make the wheel entry of an entered timeout with none, at `when` (a float), where that is the common
+    case (a running scheduler, called on its loop, a due after now the store takes): True if made, False
+    for the general path. `task`, if not None, is the current task of the caller's thread (its loop runs
+    there): the scheduler's loop if it is the task's."""
     sched = self._sched
     hot: _Hot = sched._hot
     if task is not None:  # (any loop, uvloop too: the running loop of this thread is the task's)
@@ -849,6 +848,7 @@ def _enter_wheel(self: Any, when: float, task: Any) -> bool:
     if hot.running and here and hot.time() < when < hot.horizon:  # type: ignore[misc]
         handle: TimerHandle = TimerHandle.__new__(_timeout_handle)  # (its __init__, inline)
         _fill(handle, sched, hot, when, self._on_timeout, (), None)
+        self._when = when
         self._timeout_handler = handle  # (first: whatever arming it raises, it is this timeout's)
         try:  # noqa: SIM105  (contextlib.suppress costs a context manager per call)
             hot.engine.add_timer(handle, when)
