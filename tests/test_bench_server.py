@@ -121,29 +121,44 @@ class _Handle:
         pass
 
 
+class _SoonHandle:
+    """What uvloop's call_at returns for a due less than a millisecond away: a plain Handle, no when()."""
+
+    def cancel(self) -> None:
+        pass
+
+
 class _EarlyLoop:
     """Stands in for a loop that runs a timer before its due: the time is `now`, set by the test, and the
-    test runs the timers' callbacks itself."""
+    test runs the timers' callbacks itself (`fire`). As uvloop does, a timer due within a millisecond is
+    made a call_soon handle, which has no when()."""
 
     def __init__(self) -> None:
         self.now = 0.0
         self.armed: list[float] = []
+        self.calls: dict[str, tuple[Callable[..., None], tuple[Any, ...]]] = {}
 
     def time(self) -> float:
         return self.now
 
-    def call_later(self, delay: float, callback: Callable[[], None]) -> _Handle:
-        return self.call_at(self.now + delay, callback)
+    def call_later(self, delay: float, callback: Callable[..., None], *args: Any) -> Any:
+        return self.call_at(self.now + delay, callback, *args)
 
-    def call_at(self, when: float, callback: Callable[[], None]) -> _Handle:
+    def call_at(self, when: float, callback: Callable[..., None], *args: Any) -> Any:
         self.armed.append(when)
-        return _Handle(when)
+        self.calls[callback.__name__] = (callback, args)
+        return _SoonHandle() if when - self.now < 1e-3 else _Handle(when)
+
+    def fire(self, name: str) -> None:
+        callback, args = self.calls[name]
+        callback(*args)
 
 
 @pytest.mark.parametrize("pattern", ["call_later", "hand-kept"])
 def test_a_loop_timer_that_fires_early_re_arms_instead_of_closing(pattern: str) -> None:
-    """asyncio runs a timer up to its clock resolution early, uvloop up to a millisecond: the patterns on
-    the loop's own timers check the time when theirs fires, and wait for the rest."""
+    """asyncio runs a timer up to its clock resolution early, uvloop up to a millisecond (or by one ulp of
+    its float due, the first time): the patterns on the loop's own timers check the time when theirs fires,
+    and wait for the rest, even when the loop's re-armed timer is a handle with no when()."""
 
     class Conn:
         def __init__(self, loop: Any) -> None:
@@ -161,14 +176,18 @@ def test_a_loop_timer_that_fires_early_re_arms_instead_of_closing(pattern: str) 
     timers: Any = STRATEGIES[pattern](conn, IDLE, REQUEST)  # type: ignore[arg-type]
     timers.arm_idle()
     timers.start_request()
-    fake.now = REQUEST - 1e-4  # the request's timer runs 0.1 ms early
-    timers._request_fired()
-    fake.now = IDLE - 1e-4
-    timers._idle_fired()
-    assert conn.due == [] and fake.armed[-2:] == [REQUEST, IDLE]  # armed again at the deadlines
+    for early in (1e-4, 1e-5):  # the request's timer runs early, and the re-armed one again
+        fake.now = REQUEST - early
+        fake.fire("_request_fired")
+        assert conn.due == [] and fake.armed[-1] == REQUEST  # armed again at the deadline
+    fake.now = REQUEST
+    fake.fire("_request_fired")
+    for early in (1e-4, 1e-5):
+        fake.now = IDLE - early
+        fake.fire("_idle_fired")
+        assert conn.due == [("request", REQUEST)] and fake.armed[-1] == IDLE
     fake.now = IDLE
-    timers._request_fired()
-    timers._idle_fired()
+    fake.fire("_idle_fired")
     assert conn.due == [("request", REQUEST), ("idle", IDLE)]
     timers.close()
 

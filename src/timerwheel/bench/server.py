@@ -151,17 +151,22 @@ class CallLaterTimers(Timers):
     def close(self) -> None:
         self.idle_handle.cancel()
 
-    def _idle_fired(self) -> None:
-        when = self.idle_handle.when()
-        if self.loop.time() < when:  # a loop may run a timer a little early: never close before the deadline
-            self.idle_handle = self.loop.call_at(when, self._idle_fired)
+    # A loop may run a timer a little early (uvloop's due is a float of whole milliseconds, so by one ulp):
+    # never close before the deadline. The re-armed timer carries the deadline, since uvloop makes a
+    # timer due within a millisecond a call_soon handle, which has no when().
+    def _idle_fired(self, when: float | None = None) -> None:
+        if when is None:
+            when = self.idle_handle.when()
+        if self.loop.time() < when:
+            self.idle_handle = self.loop.call_at(when, self._idle_fired, when)
         else:
             self.conn.idle_due(when)
 
-    def _request_fired(self) -> None:
-        when = self.request_handle.when()
+    def _request_fired(self, when: float | None = None) -> None:
+        if when is None:
+            when = self.request_handle.when()
         if self.loop.time() < when:
-            self.request_handle = self.loop.call_at(when, self._request_fired)
+            self.request_handle = self.loop.call_at(when, self._request_fired, when)
         else:
             self.conn.request_due(when)
 
