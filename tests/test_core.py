@@ -286,19 +286,48 @@ def test_reschedule_counts_as_fresh_add_for_ties(core: ModuleType) -> None:
     assert w.advance(1.0) == [(b, "b"), (a, "a")]
 
 
-def test_reschedule_in_same_slot_does_not_move(core: ModuleType) -> None:
-    """The keep-alive case: a new due in the same slot leaves the entry where it is."""
+def test_a_reschedule_later_is_noted_in_place_and_an_earlier_one_moves_the_timer(core: ModuleType) -> None:
+    """The keep-alive case: a later due, in the same slot or another, is noted in the entry, which stays
+    in its slot until time reaches it; an earlier due in another slot moves the timer at once."""
     w = make(core)  # level 2 slots are 4.096 s wide
     ids = [w.add(10.0, i) for i in range(3)]
     before = [w._location(t) for t in ids]
     assert before[0][0] == 2
     assert w.reschedule(ids[0], 10.5)
-    assert [w._location(t) for t in ids] == before
-    assert w.reschedule(ids[0], 100.0)  # another slot: it moves; the others stay in their slot
-    assert w._location(ids[0])[:2] != before[0][:2]
-    assert [w._location(t)[:2] for t in ids[1:]] == [loc[:2] for loc in before[1:]]
+    assert w.reschedule(ids[0], 100.0)  # later, another slot: noted, not moved
+    assert [w._location(t) for t in ids] == before and w.due(ids[0]) == 100.0
+    w._check()
+    assert w.reschedule(ids[1], 1.0)  # earlier, another slot: it moves; the others stay in their slot
+    assert w._location(ids[1])[:2] != before[1][:2]
+    assert [w._location(t)[:2] for t in (ids[0], ids[2])] == [before[0][:2], before[2][:2]]
     if core.__name__.endswith("_wheel_c"):  # C arrays: swap-and-shrink, the last entry fills the hole
-        assert w._location(ids[2]) == before[0]
+        assert w._location(ids[2]) == before[1]
+    w._check()
+    assert w.next_due() == 1.0
+    assert w.advance(1.0) == [(ids[1], 1)]
+    assert w.advance(99.999) == [(ids[2], 2)]  # the moved one is filed where it is due as its slot passes
+    assert w._location(ids[0])[:2] != before[0][:2]
+    w._check()
+    assert w.next_due() == 100.0
+    assert w.advance(100.0) == [(ids[0], 0)]
+
+
+def test_next_due_is_exact_when_the_first_slot_holds_only_timers_moved_later(core: ModuleType) -> None:
+    w = make(core)
+    a = w.add(10.0, "a")
+    b = w.add(50.0, "b")
+    c = w.add(10.1, "c")
+    assert w.next_due() == 10.0
+    w.reschedule(a, 200.0)
+    w.reschedule(c, 300.0)
+    w._check()
+    assert w.next_due() == 50.0  # not 10.0 nor 200.0: the slot of 10 s holds no timer due there any more
+    w._check()
+    assert w.advance(49.999) == []
+    assert w.advance(50.0) == [(b, "b")]
+    assert w.next_due() == 200.0
+    assert w.advance(199.999) == []
+    assert w.advance(300.0) == [(a, "a"), (c, "c")]
     w._check()
 
 

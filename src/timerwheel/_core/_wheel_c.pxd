@@ -100,6 +100,8 @@ cdef class _Wheel:
     @cython.final
     cdef uint32_t _slot_min(self, int bucket) noexcept
     @cython.final
+    cdef bint _filed_early(self, int bucket, uint32_t idx) noexcept
+    @cython.final
     cdef int _first_slot(self) noexcept
 
 

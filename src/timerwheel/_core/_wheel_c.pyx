@@ -386,8 +386,11 @@ cdef class _Wheel:
         if idx < 0:
             return False
         cdef Entry* entry = &self._entries[idx]
-        cdef int bucket = self._bucket_for(tick)
+        cdef int bucket = entry.bucket
         cdef int slot
+        # later, out of a slot below the top: noted in the entry, which stays filed too early (wheel._Wheel._move)
+        if not (tick > entry.tick and bucket != self._current and (bucket >> self._bits) != self._top):
+            bucket = self._bucket_for(tick)
         if bucket != entry.bucket:
             self._reserve(bucket)
         if self._min_valid and entry.due <= self._min_due:
@@ -520,7 +523,8 @@ cdef class _Wheel:
             b.len = keep
             if keep == 0:
                 self._clear_bit(bucket)
-            elif done and epoch >= 0:   # after an error the old bound is still a lower bound
+            elif done and epoch >= 0 and (bucket >> self._bits) == self._top:   # (after an error the old bound is
+                # still a lower bound; a slot below the top, refiled by next_due(), keeps its timers due there)
                 self._top_epoch[bucket & (self._slots - 1)] = epoch
         return 0
 
@@ -672,6 +676,14 @@ cdef class _Wheel:
         return best
 
     @cython.final
+    cdef bint _filed_early(self, int bucket, uint32_t idx) noexcept:
+        """Whether entry `idx`, the earliest of the non-empty slot `bucket`, was moved later and left there
+        (see wheel._Wheel._filed_early)."""
+        if bucket == self._current or (bucket >> self._bits) == self._top:
+            return False
+        return self._bucket_for(self._entries[idx].tick) != bucket
+
+    @cython.final
     cdef int _first_slot(self) noexcept:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         cdef int64_t tick = 0, exact
@@ -725,8 +737,13 @@ cdef class _Wheel:
                     level = bucket >> self._bits
                     slot = bucket & (self._slots - 1)
                     assert entry.tick > elapsed
-                    assert level_for(elapsed, entry.tick, self._bits, self._top) == level
-                    assert slot_for(entry.tick, level, self._bits) == slot
+                    if level == self._top or self._bucket_for(entry.tick) == bucket:
+                        assert level_for(elapsed, entry.tick, self._bits, self._top) == level
+                        assert slot_for(entry.tick, level, self._bits) == slot
+                    else:   # moved later and left here (see wheel._Wheel._move): filed no later than its due
+                        shift = (level + 1) * self._bits
+                        start = ((elapsed >> shift) << shift) | (slot << (level * self._bits))
+                        assert elapsed < start <= entry.tick, (bucket, idx, "filed after its due")
                     if level == self._top:
                         assert self._top_epoch[slot] <= entry.tick >> self._span_bits
                         self._top_event(&top_tick)
@@ -1006,8 +1023,14 @@ cdef class TimerWheel(_Wheel):
             return None
         if self._min_valid:
             return self._min_due
-        bucket = self._current if self._buckets[self._current].len else self._first_slot()
-        m = self._entries[self._slot_min(bucket)].due
+        cdef uint32_t idx
+        while True:
+            bucket = self._current if self._buckets[self._current].len else self._first_slot()
+            idx = self._slot_min(bucket)
+            if not self._filed_early(bucket, idx):
+                break
+            self._cascade(bucket)   # every timer of the slot was moved later: file them where they are due
+        m = self._entries[idx].due
         self._min_due = m
         self._min_valid = True
         return m

@@ -310,6 +310,16 @@ class _Wheel:
         return timer_id
 
     def _move(self, timer_id: int, due: float, tick: int) -> bool:
+        """Give a pending timer a new due (reschedule_at's work once the arguments are checked).
+
+        A move later, out of a slot below the top level, is only noted in the entry: the timer stays in
+        its slot, filed earlier than its due, until time reaches that slot, whose cascade files it where
+        it is then due (once per slot passed, not once per move: a keep-alive timer pushed back on every
+        message costs a store). A slot holds its timers' dues in its own range, or later: none comes out
+        early, and next_due() files again a first slot whose earliest timer was moved out of it
+        (_filed_early). A move earlier, within the slot, out of CURRENT or of a top slot places the timer
+        at once.
+        """
         gen = timer_id >> ID_BITS
         while True:  # prepare: the target bucket; the GC may re-enter the wheel here
             idx = self._lookup(timer_id)
@@ -322,6 +332,8 @@ class _Wheel:
                 break
         # commit: no calls, loops or allocations from here on
         old = entry.bucket
+        if tick > entry.tick and old != self._current and old >> self._bits != self._top:
+            bucket = old  # later: noted in the entry, which stays filed too early (see _move_later)
         if self._min_valid and entry.due <= self._min_due:
             self._min_valid = False
         if bucket != old:
@@ -411,17 +423,23 @@ class _Wheel:
                 # commit: no calls, loops or allocations (the entry is checked again: the GC may have run)
                 if entry.bucket != bucket or entry.tick != tick:
                     continue  # cancelled, or moved (and placed) by a finalizer
-                if target == bucket:  # a later epoch of this top slot: it stays
+                if target == bucket:  # a later epoch of this top slot (or, refiled early, a timer in place)
                     epoch = tick >> self._span_bits
-                    if epoch < self._top_epoch[slot]:
+                    if top and epoch < self._top_epoch[slot]:
                         self._top_epoch[slot] = epoch
                     continue
                 new = self._buckets[target]
+                was_empty = not new
                 new[idx] = None  # a MemoryError here changes nothing
                 del lst[idx]
                 entry.bucket = target
-                if target != self._current:  # a lower level (only the top level counts epochs)
-                    self._bitmaps[target >> self._bits] |= 1 << (target & self._mask)
+                if target != self._current:  # a lower level, or (moved later: see _move) a higher one
+                    level = target >> self._bits
+                    if level == self._top:
+                        epoch = tick >> self._span_bits
+                        if was_empty or epoch < self._top_epoch[target & self._mask]:
+                            self._top_epoch[target & self._mask] = epoch
+                    self._bitmaps[level] |= 1 << (target & self._mask)
                 self._version += 1
                 if target == self._heap_bucket:
                     self._heap_owed += 1
@@ -528,6 +546,14 @@ class _Wheel:
         # (-1 if a finalizer that the snapshot's allocation ran emptied the bucket: the caller looks again)
         return min(list(lst), key=lambda i: entries[i].due, default=-1)
 
+    def _filed_early(self, bucket: int, idx: int) -> bool:
+        """Whether entry `idx`, the earliest of the non-empty slot `bucket`, was moved later and left there
+        (see _move). Then so was every timer of the slot: one in its own slot is due before any moved out
+        of it. CURRENT and top slots hold none: a move out of them places the timer at once."""
+        if bucket == self._current or bucket >> self._bits == self._top:
+            return False
+        return self._bucket_for(self._entries[idx].tick) != bucket
+
     def _first_slot(self) -> int:
         """The bucket of the earliest non-empty slot, with an exact epoch bound if it is a top slot."""
         while True:
@@ -581,8 +607,13 @@ class _Wheel:
                 else:
                     level, slot = bucket >> self._bits, bucket & self._mask
                     assert entry.tick > elapsed
-                    assert level_for(elapsed, entry.tick, self._bits, self._top) == level
-                    assert slot_for(entry.tick, level, self._bits) == slot
+                    if level == self._top or self._bucket_for(entry.tick) == bucket:
+                        assert level_for(elapsed, entry.tick, self._bits, self._top) == level
+                        assert slot_for(entry.tick, level, self._bits) == slot
+                    else:  # moved later and left here (see _move): filed no later than its due
+                        shift = (level + 1) * self._bits
+                        start = ((elapsed >> shift) << shift) | (slot << (level * self._bits))
+                        assert elapsed < start <= entry.tick, (bucket, idx, "filed after its due")
                     if level == self._top:
                         assert self._top_epoch[slot] <= entry.tick >> self._span_bits
                         assert self._top_event()[0] > elapsed
@@ -914,6 +945,9 @@ class TimerWheel(_Wheel):
                 idx = self._slot_min(bucket)
                 if idx < 0:
                     continue  # a finalizer emptied the slot meanwhile: look again
+                if self._filed_early(bucket, idx):
+                    self._cascade(bucket)  # its timers were all moved later: file them where they are due
+                    continue
                 due = self._entries[idx].due
             # commit: no calls between the check and the store
             if version == self._version and not self._advancing:
