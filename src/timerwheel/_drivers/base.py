@@ -21,8 +21,16 @@ from collections.abc import Callable, Iterable, Mapping
 from contextvars import copy_context
 from datetime import datetime
 from functools import partial
-from threading import get_ident
 from typing import Any
+
+try:  # only for the compiled build: the thread checks of the hot paths call CPython's C function
+    import cython
+except ImportError:
+    cython = types.SimpleNamespace(compiled=False)
+if cython.compiled:
+    from cython.cimports.cpython.pythread import PyThread_get_thread_ident as get_ident
+else:
+    from threading import get_ident
 
 from .._clock import Clock
 from .._core import TimerWheel
