@@ -36,6 +36,8 @@ cpdef bint is_async(object fn) except -1
 
 cdef _options(bint coroutines, object fn, object context, object timeout)
 
+cdef bint _caller_ok(_Hot hot, object driver) except -1
+
 cdef _check_thread(_Hot hot, object driver)
 
 

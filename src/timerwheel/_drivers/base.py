@@ -464,14 +464,22 @@ def _options(
     return RunOptions(context=context, timeout=timeout, coroutine=coroutines and is_async(fn))
 
 
-def _check_thread(hot: _Hot, driver: DriverBase) -> None:
-    """driver._check_caller() on the hot paths: inline where `caller_loop` names the thread."""
+def _caller_ok(hot: _Hot, driver: Any) -> bool:
+    """The hot paths' thread check, inline where it can be: True where the driver's _check_caller() would
+    accept the caller (False: ask it). On asyncio's own loops (`caller_loop`), the thread the loop runs on,
+    or none; on others (uvloop), with AsyncScheduler's own check, the thread the loop was last seen running
+    on (the first thing that check accepts)."""
     loop = hot.caller_loop
     if loop is not None:
         tid = loop._thread_id
-        if tid is None or tid == get_ident():
-            return
-    driver._check_caller()
+        return tid is None or tid == get_ident()
+    return hot.own_check and hot.loop is not None and get_ident() == driver._thread
+
+
+def _check_thread(hot: _Hot, driver: DriverBase) -> None:
+    """driver._check_caller() on the hot paths, inline where _caller_ok() can tell."""
+    if not _caller_ok(hot, driver):
+        driver._check_caller()
 
 
 def _no_engine(driver: DriverBase) -> NotStartedError:
@@ -608,15 +616,13 @@ def call_later_fast(
     float delay, on the loop's thread, running, no context given): the handle, a new `cls`, armed; None
     where it is not (the driver's general path takes the call, with nothing changed)."""
     hot: _Hot = sched._hot
-    loop = hot.caller_loop
     if (
-        loop is not None
-        and type(delay) is float
+        type(delay) is float
         and -_INF < delay < _INF
         and hot.running
         and context is None
         and callable(callback)
-        and ((tid := loop._thread_id) is None or tid == get_ident())
+        and _caller_ok(hot, sched)
     ):
         when: float = hot.time() + delay  # type: ignore[misc]
         timer: TimerHandle = TimerHandle.__new__(cls)
@@ -680,8 +686,7 @@ class TimerHandle(Timer):
         """
         hot: _Hot = self._hot
         sched = self._sched
-        loop = hot.caller_loop  # (the thread check inline, where the loop names its thread)
-        if loop is None or ((tid := loop._thread_id) is not None and tid != get_ident()):
+        if not _caller_ok(hot, sched):
             sched._check_caller()
         if self._state == _PENDING:
             self._state = _CANCELLED
@@ -896,17 +901,15 @@ def timeout_init(self: Any, when: float | None, sched: Any) -> None:
 
 def timeout_fast(sched: Any, delay: Any) -> Any:
     """sched.timeout(delay) where it is the common case (a float delay, the scheduler running, called on its
-    asyncio loop's thread, Timeout's own __init__ the one below): the new Timeout; None where it is not
+    loop's thread (_caller_ok), Timeout's own __init__ the one below): the new Timeout; None where it is not
     (the driver's general path takes the call)."""
     hot: _Hot = sched._hot
-    loop = hot.caller_loop
     if (
-        loop is not None
-        and type(delay) is float
+        type(delay) is float
         and delay == delay  # (not NaN)
         and hot.running
         and _init_inline
-        and loop._thread_id == get_ident()
+        and _caller_ok(hot, sched)
     ):
         timeout = _timeout_class.__new__(_timeout_class)  # (its __init__, inline)
         timeout_init(timeout, hot.time() + delay, sched)  # type: ignore[misc]
