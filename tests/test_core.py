@@ -312,6 +312,26 @@ def test_a_reschedule_later_is_noted_in_place_and_an_earlier_one_moves_the_timer
     assert w.advance(100.0) == [(ids[0], 0)]
 
 
+@pytest.mark.parametrize(
+    ("slots", "levels", "level", "slot"), [(4096, 4, 2, 200), (1024, 5, 3, 3), (64, 8, 5, 2)]
+)
+def test_check_accepts_a_timer_moved_later_in_a_slot_that_starts_past_2_to_the_31_ticks(
+    core: ModuleType, slots: int, levels: int, level: int, slot: int
+) -> None:
+    """_check() computes where a slot starts in 64-bit ticks: a timer moved later and left in a slot of a
+    large geometry (slot << level*bits >= 2**31) is filed right, and said so."""
+    w = make(core, resolution=1.0, slots=slots, levels=levels)
+    width = slots**level
+    t = w.add_at(slot * width + 5.0, "x")
+    assert w._location(t)[:2] == (level, slot)
+    assert w.reschedule_at(t, (slot + 1) * width + 5.0)  # later: left in its slot
+    assert w._location(t)[:2] == (level, slot)
+    w._check()
+    assert w.next_due() == (slot + 1) * width + 5.0
+    w._check()
+    assert w.advance((slot + 1) * width + 5.0) == [(t, "x")]
+
+
 def test_next_due_is_exact_when_the_first_slot_holds_only_timers_moved_later(core: ModuleType) -> None:
     w = make(core)
     a = w.add(10.0, "a")

@@ -742,7 +742,7 @@ cdef class _Wheel:
                         assert slot_for(entry.tick, level, self._bits) == slot
                     else:   # moved later and left here (see wheel._Wheel._move): filed no later than its due
                         shift = (level + 1) * self._bits
-                        start = ((elapsed >> shift) << shift) | (slot << (level * self._bits))
+                        start = ((elapsed >> shift) << shift) | (<int64_t>slot << (level * self._bits))
                         assert elapsed < start <= entry.tick, (bucket, idx, "filed after its due")
                     if level == self._top:
                         assert self._top_epoch[slot] <= entry.tick >> self._span_bits

@@ -333,7 +333,7 @@ class _Wheel:
         # commit: no calls, loops or allocations from here on
         old = entry.bucket
         if tick > entry.tick and old != self._current and old >> self._bits != self._top:
-            bucket = old  # later: noted in the entry, which stays filed too early (see _move_later)
+            bucket = old  # later: noted in the entry, which stays filed too early (see the docstring)
         if self._min_valid and entry.due <= self._min_due:
             self._min_valid = False
         if bucket != old:
