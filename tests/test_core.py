@@ -312,6 +312,50 @@ def test_a_reschedule_later_is_noted_in_place_and_an_earlier_one_moves_the_timer
     assert w.advance(100.0) == [(ids[0], 0)]
 
 
+def test_next_due_is_exact_when_there_is_no_memory_to_file_timers_moved_later(
+    core: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """next_due() files a first slot of timers moved later before it answers; where filing them needs
+    memory there is none of, it reads every entry instead: still exact, and the wheel whole (a driver
+    arming its wake-up from next_due() must not lose its timers to a MemoryError)."""
+    if core.__name__.endswith("_wheel_c"):  # C: the bucket they go to must grow; every allocation fails
+        _testcapi = pytest.importorskip("_testcapi")
+
+        def no_memory() -> Any:
+            _testcapi.set_nomemory(0)
+            return _testcapi.remove_mem_hooks
+
+    else:  # Python allocates everywhere: only the filing fails
+
+        def refuse(self: Any, bucket: int) -> None:
+            raise MemoryError
+
+        def no_memory() -> Any:
+            monkeypatch.setattr(core._Wheel, "_cascade", refuse)
+            return monkeypatch.undo
+
+    unfiled = 0
+    for k in range(70):  # k timers where they go: the bucket is full (must grow) for some k
+        w = make(core, resolution=1.0, slots=4, levels=3)
+        moved = [w.add_at(5.0 + i * 0.01, i) for i in range(3)]
+        for j in range(k):
+            w.add_at(1000.0 + j, j)
+        w.add_at(40.0, "x")
+        for tid in moved:
+            w.reschedule_at(tid, 1000.5)
+        where = w._location(moved[0])
+        restore = no_memory()
+        try:
+            due = w.next_due()
+        finally:
+            restore()
+        assert due == 40.0, k
+        unfiled += w._location(moved[0]) == where
+        w._check()
+        assert [item for _, item in w.advance(1000.5)] == ["x"] + [0] * (k > 0) + [0, 1, 2], k
+    assert unfiled  # (the case this is about was met)
+
+
 @pytest.mark.parametrize(
     ("slots", "levels", "level", "slot"), [(4096, 4, 2, 200), (1024, 5, 3, 3), (64, 8, 5, 2)]
 )

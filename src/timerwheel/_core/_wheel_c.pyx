@@ -17,7 +17,7 @@ cimport cython
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check, PyLong_CheckExact, PyLong_FromLongLong
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.math cimport isfinite
+from libc.math cimport INFINITY, isfinite
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memset
@@ -1023,14 +1023,21 @@ cdef class TimerWheel(_Wheel):
             return None
         if self._min_valid:
             return self._min_due
-        cdef uint32_t idx
+        cdef uint32_t idx, i
         while True:
             bucket = self._current if self._buckets[self._current].len else self._first_slot()
             idx = self._slot_min(bucket)
             if not self._filed_early(bucket, idx):
+                m = self._entries[idx].due
                 break
-            self._cascade(bucket)   # every timer of the slot was moved later: file them where they are due
-        m = self._entries[idx].due
+            try:
+                self._cascade(bucket)   # every timer of the slot was moved later: file them where they are due
+            except MemoryError:   # no room to file them (they stay where they are): read every entry
+                m = INFINITY
+                for i in range(self._size):
+                    if self._entries[i].bucket != C_FREE and self._entries[i].due < m:
+                        m = self._entries[i].due
+                break
         self._min_due = m
         self._min_valid = True
         return m

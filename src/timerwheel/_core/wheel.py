@@ -929,13 +929,14 @@ class TimerWheel(_Wheel):
         at (the CURRENT bucket, or the first slot after the current tick): scanned when small, through
         the slot heap when large. O(1) amortised after the earliest timer is cancelled or moved.
         """
+        read_all = False
         while True:
             if self._count == 0:
                 return None
             if self._min_valid:
                 return self._min_due
             version = self._version
-            if self._advancing:  # asked by a finalizer in the middle of an advance(): read everything
+            if self._advancing or read_all:  # (a finalizer asks during an advance(), or no memory): read all
                 found = min((e.due for e in list(self._entries) if e.bucket != FREE), default=None)
                 if found is None:
                     continue  # a finalizer emptied the wheel meanwhile: look again
@@ -946,7 +947,10 @@ class TimerWheel(_Wheel):
                 if idx < 0:
                     continue  # a finalizer emptied the slot meanwhile: look again
                 if self._filed_early(bucket, idx):
-                    self._cascade(bucket)  # its timers were all moved later: file them where they are due
+                    try:
+                        self._cascade(bucket)  # its timers were all moved later: file them where they are due
+                    except MemoryError:  # no room to file them (they stay where they are): read everything
+                        read_all = True
                     continue
                 due = self._entries[idx].due
             # commit: no calls between the check and the store
