@@ -32,6 +32,12 @@ try:
 except ImportError:  # not on Windows, nor without the compare extra
     uvloop = None
 
+#: The "uvloop" parameter of a test that runs on several loops (skipped without uvloop).
+ON_UVLOOP = pytest.param(
+    "uvloop",
+    marks=pytest.mark.skipif(uvloop is None, reason="uvloop is not installed (it is in the compare extra)"),
+)
+
 
 GENEROUS = 10.0  # seconds a test thread waits for another before failing instead of hanging
 
@@ -879,13 +885,17 @@ def test_reset_from_another_thread_is_refused() -> None:
     run(main)
 
 
-@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+@pytest.mark.parametrize(
+    "loop_kind",
+    [
+        "asyncio",
+        ON_UVLOOP,
+    ],
+)
 def test_every_method_refuses_another_thread_and_changes_nothing(loop_kind: str) -> None:
     """Every method called from another thread raises RuntimeError and changes nothing (TimerHandle.cancel()
     from another thread used to raise nothing and race the loop), on uvloop too, whose loop records no
     thread: there the compiled paths check the thread the loop was last seen running on."""
-    if loop_kind == "uvloop" and uvloop is None:
-        pytest.skip("uvloop is not installed (it is in the compare extra)")
 
     async def main() -> None:
         async with AsyncScheduler() as sched:
@@ -1784,12 +1794,7 @@ def _uvloop_reading_a_failing_clock() -> asyncio.AbstractEventLoop:
     "kind",
     [
         "virtual",
-        pytest.param(
-            "uvloop",
-            marks=pytest.mark.skipif(
-                uvloop is None, reason="uvloop is not installed (it is in the compare extra)"
-            ),
-        ),
+        ON_UVLOOP,
     ],
 )
 def test_a_loop_whose_call_at_reads_a_failing_clock(kind: str) -> None:

@@ -737,7 +737,7 @@ cdef class _Wheel:
                     level = bucket >> self._bits
                     slot = bucket & (self._slots - 1)
                     assert entry.tick > elapsed
-                    if level == self._top or self._bucket_for(entry.tick) == bucket:
+                    if not self._filed_early(bucket, idx):
                         assert level_for(elapsed, entry.tick, self._bits, self._top) == level
                         assert slot_for(entry.tick, level, self._bits) == slot
                     else:   # moved later and left here (see wheel._Wheel._move): filed no later than its due

@@ -607,7 +607,7 @@ class _Wheel:
                 else:
                     level, slot = bucket >> self._bits, bucket & self._mask
                     assert entry.tick > elapsed
-                    if level == self._top or self._bucket_for(entry.tick) == bucket:
+                    if not self._filed_early(bucket, idx):
                         assert level_for(elapsed, entry.tick, self._bits, self._top) == level
                         assert slot_for(entry.tick, level, self._bits) == slot
                     else:  # moved later and left here (see _move): filed no later than its due

@@ -24,7 +24,6 @@ cdef class _Hot:
     cdef public object missed
     cdef public bint coroutines, locking, checks_caller, idle_hook, running, accepting
     cdef public object acquire, release
-    cdef public object caller_loop
     cdef public object loop, time
     cdef public bint exact, own_check
     cdef public double horizon
@@ -84,4 +83,4 @@ cpdef timeout_fast(object sched, object delay)
 cdef object _timeout_class, _timeout_handle, _created, _entered, _exited, _current_task
 cdef bint _notes_cancelling, _init_inline
 
-cdef bint _on_loop_thread(_Hot hot, object driver) except -1
+cdef bint _on_loop_thread(_Hot hot, object driver, bint idle) except -1

@@ -328,11 +328,10 @@ class AsyncScheduler(DriverBase):
         self._time = now
         self._loop = loop
         self._exact = hasattr(loop, "_thread_id")  # asyncio's loops: the thread they run on, exactly
-        # The hot paths check the loop's thread inline (DriverBase, call_later, TimerHandle.cancel): in
-        # place of our _check_caller(), so not for a subclass that overrides it again.
+        # The hot paths check the loop's thread inline (base._on_loop_thread): for DriverBase, call_later,
+        # TimerHandle.cancel and sched.timeout() in place of our _check_caller(), so not for a subclass that
+        # overrides it again; for the moves of handles and timeouts, always.
         ours = type(self)._check_caller is AsyncScheduler._check_caller
-        self._caller_loop = self._hot.caller_loop = loop if self._exact and ours else None
-        # (the compiled moves of handles and timeouts: see base._on_loop_thread)
         self._hot.loop = loop
         self._hot.own_check = ours
         self._hot.exact = self._exact

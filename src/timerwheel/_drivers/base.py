@@ -126,9 +126,6 @@ class DriverBase:
         self._fault: BaseException | None = None  # why the clock cannot be read just now, or None
         self._clock_errors = 0
         self._engine: Scheduler = None  # type: ignore[assignment]  # until _make_engine()
-        # An asyncio loop whose `_thread_id` names the one thread that may call (AsyncScheduler sets it,
-        # here and in the hot record): the hot paths check that inline, calling _check_caller() if it says no.
-        self._caller_loop: Any = None
         # What the hot paths read, in one record (see _Hot). The hooks a subclass overrides are the ones
         # they call (a base's own does nothing).
         cls = type(self)
@@ -405,7 +402,6 @@ class _Hot:
     __slots__ = (
         "accepting",
         "acquire",
-        "caller_loop",
         "checks_caller",
         "coroutines",
         "engine",
@@ -438,7 +434,6 @@ class _Hot:
         self.idle_hook = idle_hook
         # (the lock's bound methods: on the hot paths they cost less than `with lock`)
         self.acquire, self.release = lock.acquire, lock.release
-        self.caller_loop: Any = None  # the driver's `_caller_loop`
         self.running = self.accepting = False  # new
         # For the moves of an event loop driver's plain timers (TimerHandle, timeout_reschedule): its loop
         # (None: those moves take their slow path), whether the loop records its thread (`_thread_id`),
@@ -465,15 +460,10 @@ def _options(
 
 
 def _caller_ok(hot: _Hot, driver: Any) -> bool:
-    """The hot paths' thread check, inline where it can be: True where the driver's _check_caller() would
-    accept the caller (False: ask it). On asyncio's own loops (`caller_loop`), the thread the loop runs on,
-    or none; on others (uvloop), with AsyncScheduler's own check, the thread the loop was last seen running
-    on (the first thing that check accepts)."""
-    loop = hot.caller_loop
-    if loop is not None:
-        tid = loop._thread_id
-        return tid is None or tid == get_ident()
-    return hot.own_check and hot.loop is not None and get_ident() == driver._thread
+    """The hot paths' thread check where the driver's own _check_caller() is AsyncScheduler's: True where
+    that check would accept the caller, even with the loop running nowhere (False: ask it). See
+    _on_loop_thread."""
+    return hot.own_check and _on_loop_thread(hot, driver, True)
 
 
 def _check_thread(hot: _Hot, driver: DriverBase) -> None:
@@ -721,7 +711,7 @@ class TimerHandle(Timer):
         # Anything else is _reset(), the same result, slower; a handle that ran or was cancelled reads no
         # clock.)
         hot: _Hot = self._hot
-        if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched):
+        if self.id is not None and type(delay) is float and _on_loop_thread(hot, self._sched, False):
             due: float = hot.time() + delay  # type: ignore[misc]
             if -_INF < due < hot.horizon:  # (NaN is not)
                 try:
@@ -745,7 +735,7 @@ class TimerHandle(Timer):
             and type(delay) is float
             and hot.running
             and self.id is None
-            and _on_loop_thread(hot, self._sched)
+            and _on_loop_thread(hot, self._sched, False)
         ):
             due = hot.time() + delay  # type: ignore[misc]
             if -_INF < due < hot.horizon:
@@ -826,7 +816,7 @@ def timeout_reschedule(self: Any, when: float | None) -> None:
             hot: _Hot = timer._hot
             if (
                 timer.id is not None
-                and _on_loop_thread(hot, timer._sched)
+                and _on_loop_thread(hot, timer._sched, False)
                 and hot.time() < when < hot.horizon  # type: ignore[misc]
             ):
                 try:
@@ -856,8 +846,7 @@ def _enter_wheel(self: Any, when: float, task: Any) -> bool:
     if task is not None:  # (any loop, uvloop too: the running loop of this thread is the task's)
         here = hot.own_check and task.get_loop() is hot.loop
     else:  # (asyncio's loops only: the loop's own record of its thread)
-        loop = hot.caller_loop
-        here = loop is not None and loop._thread_id == get_ident()
+        here = hot.own_check and hot.exact and _on_loop_thread(hot, sched, False)
     if hot.running and here and hot.time() < when < hot.horizon:  # type: ignore[misc]
         handle: TimerHandle = TimerHandle.__new__(_timeout_handle)  # (its __init__, inline)
         _fill(handle, sched, hot, when, self._on_timeout, (), None)
@@ -875,17 +864,20 @@ def _enter_wheel(self: Any, when: float, task: Any) -> bool:
 timeout_reschedule.__name__, timeout_reschedule.__qualname__ = "reschedule", "Timeout.reschedule"
 
 
-def _on_loop_thread(hot: _Hot, driver: Any) -> bool:
+def _on_loop_thread(hot: _Hot, driver: Any, idle: bool) -> bool:
     """Whether the caller is on the thread of the driver's loop, as far as the fast paths may tell: for
-    asyncio's loops, the thread the loop runs on (its `_thread_id`); for others (uvloop), the thread the
-    driver last saw it run on. False sends the caller to the slow path, which checks in full (and raises).
-    (Not asyncio's _get_running_loop(): on Python 3.11 it costs a getpid() system call while a loop runs.)
+    asyncio's loops, the thread the loop runs on (its `_thread_id`), or, with `idle`, any thread while it
+    runs nowhere; for others (uvloop), the thread the driver last saw it run on (the first thing
+    AsyncScheduler's _check_caller() accepts). False sends the caller to the slow path, which checks in
+    full (and raises). (Not asyncio's _get_running_loop(): on Python 3.11 it costs a getpid() system call
+    while a loop runs.)
     """
     loop = hot.loop
     if loop is None:  # not bound
         return False
     if hot.exact:
-        return bool(loop._thread_id == get_ident())
+        tid = loop._thread_id
+        return bool(tid == get_ident() or (idle and tid is None))
     return bool(get_ident() == driver._thread)
 
 
