@@ -209,11 +209,7 @@ def test_a_version_1_schema_is_migrated(dsn: str) -> None:
     from timerwheel._stores import StoredKey
 
     PostgresStore(dsn, lease=1.0).close()
-    sql(
-        dsn,
-        "DROP FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
-        "double precision, text, bigint, text, double precision)",
-    )
+    sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
     sql(
         dsn,
         "CREATE FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
@@ -230,6 +226,37 @@ def test_a_version_1_schema_is_migrated(dsn: str) -> None:
     sql(dsn, "UPDATE timerwheel_keys SET owner = 'someone else'")
     assert store.start_fire(row, 2_000, 3, False) == 0
     store.close()
+
+
+def test_a_version_4_schema_is_migrated_to_one_lease_per_process(dsn: str) -> None:
+    """Version 4 kept a lease per key (renewed row by row) and took fires with timerwheel_start_fire,
+    which renewed the key's lease. The migration drops both: a process of the older version can no longer
+    take a fire (its call fails; its keys go to the others once its lease lapses), and a key's row names
+    only its owner, whose one lease row says whether it is alive. A key held by a live owner stays held."""
+    from timerwheel._stores import StoredKey
+
+    old = PostgresStore(dsn, lease=30.0)
+    row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
+    old.put(row)
+    sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
+    sql(
+        dsn,
+        "CREATE FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
+        "double precision, text, bigint, text, double precision) RETURNS integer LANGUAGE sql AS 'SELECT 1'",
+    )
+    sql(dsn, "UPDATE timerwheel_meta SET value = '4' WHERE name = 'schema'")
+    new = PostgresStore(dsn, lease=30.0)
+    assert sql(dsn, "SELECT value FROM timerwheel_meta WHERE name = 'schema'") == [(str(SCHEMA_VERSION),)]
+    assert sql(
+        dsn,
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'timerwheel_keys' "
+        "AND column_name = 'lease_until'",
+    ) == [(0,)]
+    assert sql(dsn, "SELECT count(*) FROM pg_proc WHERE proname = 'timerwheel_start_fire'") == [(0,)]
+    assert old.held() == 1 and new.held() == 0  # (its owner's lease is live: still its)
+    assert old.start_fire(row._replace(state="running"), 1_000, 1, False) == 1
+    new.close()
+    old.close()
 
 
 def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
@@ -255,6 +282,127 @@ def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
         with pytest.raises(error, match="statement_timeout"):
             PostgresStore(dsn, statement_timeout=bad)  # type: ignore[arg-type]
     store.close()
+
+
+class _Holder:
+    """A KeyedScheduler's side of the sharing protocol, recording what a keeper round tells it."""
+
+    def __init__(self) -> None:
+        self.adopted: list[Any] = []
+        self.reconciled: list[dict[Any, int]] = []
+        self.lost_said = False
+
+    def stamp(self) -> int:
+        return 0
+
+    def adopt(self, rows: list[Any], fires: list[Any], stamp: int) -> None:
+        self.adopted += rows
+
+    def reconcile(self, held: dict[Any, int], stamp: int) -> None:
+        self.reconciled.append(held)
+
+    def shed(self, count: int, stamp: int) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def changed(self, changes: Any, stamp: int, removed: Any) -> None:
+        pass
+
+    def lost(self) -> None:
+        self.lost_said = True
+
+
+LAPSE = "UPDATE timerwheel_owners SET lease_until = now() - interval '1 second' WHERE id = %s"
+
+
+def keeper_round(store: PostgresStore, holder: Any) -> None:
+    """One round of the store's keeper for `holder`, on a connection of its own (as its thread's)."""
+    store._keeper.holder = holder
+    conn = store._db.connect()
+    try:
+        store._keeper.one_round(conn, time.monotonic())
+    finally:
+        conn.close()
+
+
+def test_renewing_a_lease_writes_one_row_whatever_the_number_of_keys(dsn: str) -> None:
+    """The lease is the process's, in one row of timerwheel_owners: a keeper round rewrites no key's
+    row (it used to update every key held, each lease/3 seconds)."""
+    from timerwheel._stores import StoredKey
+
+    store = PostgresStore(dsn, lease=30.0)
+    store.replace([StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(2_000)], None)
+    keeper_round(store, _Holder())  # (the first round reads what it holds in full)
+    versions = "SELECT key, xmin::text FROM timerwheel_keys ORDER BY key"
+    owner = "SELECT lease_until FROM timerwheel_owners WHERE id = %s"
+    keys_before, lease_before = sql(dsn, versions), sql(dsn, owner, store.owner_id)
+    for _ in range(3):
+        keeper_round(store, _Holder())
+    assert sql(dsn, versions) == keys_before  # no key's row was written
+    assert sql(dsn, owner, store.owner_id) > lease_before  # the one lease row was
+    assert store.held() == 2_000
+    store.close()
+
+
+def test_a_process_declared_dead_takes_nothing_until_it_is_back_and_then_keeps_what_nobody_took(
+    dsn: str,
+) -> None:
+    """Another process's claim deletes a lapsed owner's lease row (declares it dead) and claims up to its
+    share of the keys; the dead process's takes are refused meanwhile, with a StoreError (tried again,
+    not taken for a key lost); its next keeper round brings it back, under the lock claims share, and
+    it keeps the keys nobody claimed: its takes of those succeed, of the others are refused."""
+    from timerwheel._stores import StoredKey
+
+    a, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
+    rows = [StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(4)]
+    a.replace(rows, None)
+    sql(dsn, LAPSE, a.owner_id)
+    keeper_round(b, _Holder())  # live: b alone; its share: all 4 (a's declared dead)
+    assert sql(dsn, "SELECT count(*) FROM timerwheel_owners WHERE id = %s", a.owner_id) == [(0,)]
+    assert b.held() == 4
+    sql(dsn, "UPDATE timerwheel_keys SET owner = %s WHERE key IN ('2', '3')", a.owner_id)  # (not taken)
+    running = rows[2]._replace(state="running")
+    with pytest.raises(StoreError, match="declared dead"):
+        a.start_fire(running, 1_002, 1, False)
+    holder = _Holder()
+    keeper_round(a, holder)
+    assert holder.reconciled == [{2: 1, 3: 1}]  # back: what still names it is its own
+    assert a.start_fire(running, 1_002, 1, False) == 1
+    assert a.start_fire(rows[0]._replace(state="running"), 1_000, 1, False) == 0  # b's now
+    a.close()
+    b.close()
+
+
+def test_a_take_in_flight_keeps_its_taker_alive_against_a_claim(dsn: str) -> None:
+    """A take renews its taker's lease in its own transaction, and a claim declares a lapsed owner dead
+    by deleting its row: the delete waits for the take, sees the renewed lease, and leaves the owner and
+    its keys alone (a process paused past its lease, back and taking a fire just as another claims, is
+    not run over: the fire it takes is not also adopted, unfinished, elsewhere)."""
+    from timerwheel._stores import StoredKey
+
+    a, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
+    a.put(StoredKey("k", "null", 1, "pending", 1_000, None, None))
+    sql(dsn, LAPSE, a.owner_id)
+    with psycopg.connect(dsn) as take:  # (a take's first step, held open: the lease row renewed, locked)
+        take.execute(
+            "UPDATE timerwheel_owners SET lease_until = clock_timestamp() + interval '30 seconds' "
+            "WHERE id = %s",
+            (a.owner_id,),
+        )
+        claim = threading.Thread(target=keeper_round, args=(b, _Holder()))
+        claim.start()
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = %s"
+        name = take.info.dbname
+        wait_for(lambda: sql(dsn, waiting, name) == [(1,)], 5.0, "the claim waits for the lease row")
+        take.commit()
+        claim.join(10)
+    assert not claim.is_alive()
+    assert a.held() == 1 and b.held() == 0
+    assert sql(dsn, "SELECT count(*) FROM timerwheel_owners WHERE id = %s", a.owner_id) == [(1,)]
+    a.close()
+    b.close()
 
 
 # -- several KeyedSchedulers of one process on one database (each as a process would be) --------------

@@ -142,8 +142,8 @@ def test_a_store_that_takes_a_fire_for_a_process_that_lost_the_key_is_caught(
 def test_a_store_that_loses_a_committed_change_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = _simstore.SimDatabase.put
 
-    def loses(self: Any, row: Any, owner: str, lease: float) -> int:
-        generation = real(self, row, owner, lease)
+    def loses(self: Any, row: Any, owner: str) -> int:
+        generation = real(self, row, owner)
         self.commits.pop()  # (it says it stored the change, and did not)
         return generation
 

@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._stores import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
+from .._stores.postgres.keeper import RECONCILE_EVERY
 
 __all__ = ["SimDatabase", "SimStore"]
 
@@ -30,16 +31,14 @@ class SimDatabase:
         self.now = now
         self.keys: dict[Hashable, dict[str, Any]] = {}
         self.fires: dict[tuple[Hashable, int, int], dict[str, Any]] = {}
-        self.owners: dict[str, float] = {}
+        self.owners: dict[str, float] = {}  # the processes' leases (timerwheel_owners): owner -> until
+        self.detached: set[str] = set()  # owners whose KeyedScheduler closed (sharing: false)
         self.floor = 0  # the highest generation of any key deleted
         self.stores: list[SimStore] = []  # every store that listens (NOTIFY reaches them)
         # users' changes: (time, what, key, data, next_run_at: the first fire its writer planned)
         self.commits: list[tuple[float, str, Hashable, Any, int | None]] = []
 
     # -- what the rows say ----------------------------------------------------------------------------
-
-    def live(self, lease_until: float | None) -> bool:
-        return lease_until is not None and lease_until >= self.now()
 
     def held_by(self, owner: str) -> dict[Hashable, int]:
         return {k: r["generation"] for k, r in self.keys.items() if r["owner"] == owner}
@@ -51,7 +50,7 @@ class SimDatabase:
 
     # -- users' changes -------------------------------------------------------------------------------
 
-    def _stored(self, row: StoredKey, owner: str, lease: float) -> int:
+    def _stored(self, row: StoredKey, owner: str) -> int:
         old = self.keys.get(row.key)
         if old is None:
             generation = max(row.generation, self.floor + 1)
@@ -67,17 +66,16 @@ class SimDatabase:
             "last_scheduled_for": last,
             "last_error": row.last_error,
             "owner": owner,
-            "lease_until": self.now() + lease,
         }
         self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
         return generation
 
-    def put(self, row: StoredKey, owner: str, lease: float) -> int:
-        generation = self._stored(row, owner, lease)
+    def put(self, row: StoredKey, owner: str) -> int:
+        generation = self._stored(row, owner)
         self.notify(owner, {"k": [row.key]})
         return generation
 
-    def replace(self, rows: list[StoredKey], owner: str, lease: float) -> list[int]:
+    def replace(self, rows: list[StoredKey], owner: str) -> list[int]:
         keep = {row.key for row in rows}
         for fire in [f for f in self.fires if f[0] not in keep]:
             del self.fires[fire]
@@ -85,7 +83,7 @@ class SimDatabase:
         for key in gone:
             self.floor = max(self.floor, self.keys.pop(key)["generation"])
             self.commits.append((self.now(), "remove", key, None, None))
-        generations = [self._stored(row, owner, lease) for row in rows]
+        generations = [self._stored(row, owner) for row in rows]
         self.notify(owner, {"all": True})
         return generations
 
@@ -100,11 +98,14 @@ class SimDatabase:
         self.notify(owner, {"k": [key]})
         return True
 
-    # -- fires (timerwheel_start_fire, finish_fire, save) ---------------------------------------------
+    # -- fires (timerwheel_take_fire, finish_fire, save) ----------------------------------------------
 
     def start_fire(
         self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool, owner: str, lease: float
     ) -> int:
+        if owner not in self.owners:
+            return -1  # (declared dead by another's claim: its lease lapsed)
+        self.owners[owner] = max(self.owners[owner], self.now() + lease)
         key = self.keys.get(row.key)
         if key is None or key["generation"] != row.generation or key["owner"] != owner:
             return 0
@@ -130,7 +131,7 @@ class SimDatabase:
         if rerun and latest is not None and latest > scheduled_for:
             scheduled_for = latest  # (a rerun of an older fire: the latest started one stays)
         key.update(state=row.state, next_run_at=row.next_run_at, last_scheduled_for=scheduled_for)
-        key.update(last_error=row.last_error, lease_until=self.now() + lease)
+        key.update(last_error=row.last_error)
         return int(fire["attempts"])
 
     def finish(
@@ -150,35 +151,34 @@ class SimDatabase:
         for k, generation in keys.items():
             row = self.keys.get(k)
             if row is not None and row["owner"] == owner and row["generation"] == generation:
-                row["owner"] = row["lease_until"] = None
+                row["owner"] = None
 
     # -- the keeper's statements ----------------------------------------------------------------------
 
-    def heartbeat(self, owner: str, lease: float) -> tuple[int, int]:
-        now = self.now()
-        self.owners[owner] = now + lease
-        for other in [o for o, until in self.owners.items() if until < now - 86400]:
-            del self.owners[other]
-        live = sum(1 for o, until in self.owners.items() if until > now and o != owner) + 1
-        return live, len(self.keys)
+    def register(self, owner: str, lease: float) -> None:
+        """A store made (or a process back to life): its lease row."""
+        self.owners[owner] = self.now() + lease
 
-    def renew(self, owner: str, lease: float) -> dict[Hashable, int]:
-        for row in self.keys.values():
-            if row["owner"] == owner:
-                row["lease_until"] = self.now() + lease
-        return self.held_by(owner)
-
-    def claim(self, owner: str, lease: float, limit: int) -> tuple[list[StoredKey], list[StoredFire]]:
+    def renew(self, owner: str, lease: float) -> tuple[bool, int, int, int]:
+        """The keeper's renewal of its one lease row, and the counts: (renewed: False if another's claim
+        declared it dead, live owners, keys, keys it holds)."""
         now = self.now()
-        free = [
-            (k, r)
-            for k, r in self.keys.items()
-            if r["owner"] is None or r["lease_until"] is None or r["lease_until"] < now
-        ]
+        renewed = owner in self.owners
+        if renewed:
+            self.owners[owner] = now + lease
+        others = [o for o, until in self.owners.items() if until > now and o != owner]
+        live = sum(1 for o in others if o not in self.detached) + 1
+        return renewed, live, len(self.keys), len(self.held_by(owner))
+
+    def claim(self, owner: str, limit: int) -> tuple[list[StoredKey], list[StoredFire]]:
+        now = self.now()
+        for other in [o for o, until in self.owners.items() if until < now]:
+            del self.owners[other]  # (declared dead: its keys are anyone's)
+        free = [(k, r) for k, r in self.keys.items() if r["owner"] is None or r["owner"] not in self.owners]
         free.sort(key=lambda kr: (kr[1]["next_run_at"] is None, kr[1]["next_run_at"] or 0, repr(kr[0])))
         rows = []
         for k, r in free[:limit]:
-            r["owner"], r["lease_until"] = owner, now + lease
+            r["owner"] = owner
             rows.append(
                 StoredKey(
                     k,
@@ -199,10 +199,11 @@ class SimDatabase:
         return rows, fires
 
     def give_back(self, owner: str, keep: Iterable[Hashable] = ()) -> None:
+        self.detached.add(owner)
         kept = set(keep)
         for k, row in self.keys.items():
             if row["owner"] == owner and k not in kept:
-                row["owner"] = row["lease_until"] = None
+                row["owner"] = None
 
 
 class _Writer:
@@ -274,6 +275,8 @@ class SimStore:
         self._valid_until = 0.0
         self._lost_said = False
         self._listening = True
+        self._rounds = 0  # rounds since the last full read of the keys held (as PostgresStore's keeper)
+        db.register(owner_id, lease)
 
     def __repr__(self) -> str:
         return f"SimStore({self.owner_id!r})"
@@ -317,14 +320,14 @@ class SimStore:
 
     def put(self, row: StoredKey) -> int:
         after = self._call(f"store key {row.key!r}")
-        generation = self.db.put(row, self.owner_id, self.lease)
+        generation = self.db.put(row, self.owner_id)
         if after is not None:
             after()
         return generation
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
         after = self._call(f"replace the keys with {len(rows)} key(s)")
-        generations = self.db.replace(rows, self.owner_id, self.lease)
+        generations = self.db.replace(rows, self.owner_id)
         if after is not None:
             after()
         return generations
@@ -353,6 +356,8 @@ class SimStore:
         attempt = self.db.start_fire(row, scheduled_for, started_at, rerun, self.owner_id, self.lease)
         if after is not None:
             after()
+        if attempt < 0:
+            raise StoreError(f"the {self.name} could not take a fire of key {row.key!r}: declared dead")
         return attempt
 
     def finish_fire(
@@ -394,8 +399,8 @@ class SimStore:
         except StoreError:
             pass
         else:
-            self.db.give_back(self.owner_id)
             self.db.owners.pop(self.owner_id, None)
+            self.db.give_back(self.owner_id)
         self._closed = True
         self._holder = None
         if self in self.db.stores:
@@ -425,6 +430,7 @@ class SimStore:
 
         def failed() -> None:
             self._failures += 1
+            self._rounds = 0  # (after a failure: what is held is read again in full)
             if self.monotonic() >= self._valid_until and not self._lost_said and self._holder is not None:
                 self._lost_said = True
                 self._holder.lost()
@@ -436,37 +442,51 @@ class SimStore:
             self._next_round(started)
 
         def measured(_: None) -> None:
-            if self._detached:  # (closing: only the leases of the runs still going, until close())
-                self._statement("renew its leases", lambda: self.db.renew(self.owner_id, self.lease), failed)(
-                    lambda held: done()
+            if self._detached:  # (closing: only the lease, for the runs still going, until close())
+                self._statement("renew its lease", lambda: self.db.renew(self.owner_id, self.lease), failed)(
+                    lambda counted: done()
                 )
                 return
             stamp = holder.stamp()  # (before the count, as PostgresStore)
-            heartbeat = self._statement(
-                "renew its leases", lambda: self.db.heartbeat(self.owner_id, self.lease), failed
-            )
-            heartbeat(lambda counted: renew(stamp, *counted))
-
-        def renew(stamp: int, live: int, total: int) -> None:
             renewal = self._statement(
-                "renew its leases", lambda: self.db.renew(self.owner_id, self.lease), failed
+                "renew its lease", lambda: self.db.renew(self.owner_id, self.lease), failed
             )
-            renewal(lambda held: renewed(stamp, live, total, held))
+            renewal(lambda counted: renewed(stamp, *counted))
 
-        def renewed(stamp: int, live: int, total: int, held: dict[Hashable, int]) -> None:
+        def renewed(stamp: int, alive: bool, live: int, total: int, count: int) -> None:
+            if not alive:  # (declared dead by another's claim: back to life, keeping what nobody took)
+                self._rounds = 0
+                back = self._statement(
+                    "renew its lease", lambda: self.db.register(self.owner_id, self.lease), failed
+                )
+                back(lambda _: read(stamp, live, total, count))
+                return
+            read(stamp, live, total, count)
+
+        def read(stamp: int, live: int, total: int, count: int) -> None:
+            if self._rounds % RECONCILE_EVERY == 0:
+                self._rounds += 1
+                full = self._statement(
+                    "read the keys it holds", lambda: self.db.held_by(self.owner_id), failed
+                )
+                full(lambda held: counted(stamp, live, total, len(held), held))
+                return
+            self._rounds += 1
+            counted(stamp, live, total, count, None)
+
+        def counted(stamp: int, live: int, total: int, count: int, held: dict[Hashable, int] | None) -> None:
             self._valid_until = started + self.lease
-            holder.reconcile(dict(held), stamp)
+            if held is not None:
+                holder.reconcile(dict(held), stamp)
             share = -(-total // live)
-            if len(held) > share:
-                holder.shed(len(held) - share, stamp)
-            elif len(held) < share and self._failures == 0:
+            if count > share:
+                holder.shed(count - share, stamp)
+            elif count < share and self._failures == 0:
                 holder.flush()
                 stamp = holder.stamp()
                 if not self._detached:
-                    limit = min(share - len(held), 10_000)
-                    claim = self._statement(
-                        "renew its leases", lambda: self.db.claim(self.owner_id, self.lease, limit), failed
-                    )
+                    limit = min(share - count, 10_000)
+                    claim = self._statement("claim keys", lambda: self.db.claim(self.owner_id, limit), failed)
                     claim(lambda found: claimed(stamp, *found))
                     return
             done()

@@ -115,7 +115,7 @@ class Database:
     def do(self, work: Callable[[Any], Any], what: str, on: Connection | None = None) -> Any:
         """Run `work(connection)` on the main connection (or `on`); again on a fresh connection if the
         first one was lost, and again after a deadlock or a serialization failure (every statement of the
-        store may be repeated: see timerwheel_start_fire). What the database raises comes out as a
+        store may be repeated: see timerwheel_take_fire). What the database raises comes out as a
         StoreError that says what could not be done (`what`) and why: a row another session holds
         locked, a statement past its timeout, a database that cannot be reached."""
         try:

@@ -1,7 +1,8 @@
-"""The PostgreSQL store's two threads: the keeper, which renews this process's leases every lease/3
-seconds, reconciles what it holds with what the database says, and gives back or claims keys up to a fair
-share (keys / live processes); and the listener, which hears of the other processes' changes (LISTEN) and
-tells the KeyedScheduler of those that touch its keys. Both call the KeyedScheduler as a SharedHolder."""
+"""The PostgreSQL store's two threads: the keeper, which renews this process's lease every lease/3
+seconds (one row, whatever the number of keys it holds), reconciles what it holds with what the database
+says, and gives back or claims keys up to a fair share (keys / live processes); and the listener, which
+hears of the other processes' changes (LISTEN) and tells the KeyedScheduler of those that touch its keys.
+Both call the KeyedScheduler as a SharedHolder."""
 
 from __future__ import annotations
 
@@ -15,9 +16,15 @@ from typing import Any
 from ..protocols import SharedHolder
 from ..rows import StoredFire, decode_key, encode_key, fire_row, key_row
 from .database import Database
-from .schema import CHANNEL, COLUMNS, held_row
+from .schema import CHANNEL, CLAIM_ID, COLUMNS, held_row
 
 logger = logging.getLogger("timerwheel")
+
+# Every how many rounds the keeper reads the whole list of keys the database says this process holds (in
+# between it reads their count): a key leaves a process only when another declared it dead (its renewal
+# then finds its lease row gone, and reads the list), or by a change that the listener hears of (and reads
+# again after a reconnection); the periodic read is a safety net for a notification lost all the same.
+RECONCILE_EVERY = 10
 
 
 class Keeper:
@@ -34,6 +41,7 @@ class Keeper:
         self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
         self._lost_said = False
         self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
+        self._rounds = 0  # rounds since the last full read of the keys held (0: the next round reads them)
 
     def stop(self) -> None:
         """Stop the threads, and wait for them (but for the calling thread, if it is one of them)."""
@@ -62,6 +70,8 @@ class Keeper:
                     conn = self.db.connect()
                 # (the first round after a failure renews and claims nothing: after an outage of the
                 # database every process takes its own keys back before any takes another's)
+                if failures:
+                    self._rounds = 0  # (after a failure: what is held is read again in full)
                 self.one_round(conn, started, claim=failures == 0)
                 failures = 0
                 self._lost_said = False
@@ -89,56 +99,80 @@ class Keeper:
             conn.close()
 
     def one_round(self, conn: Any, started: float, claim: bool = True) -> None:
-        """One round of the keeper: heartbeat, renew, reconcile, then give back or claim up to a share."""
+        """One round of the keeper: renew its lease (and count), reconcile, then give back or claim up to a
+        share."""
         holder = self.holder
         if holder is None:
             return
         self.db.measure_offset(conn)
-        if self.detached:  # (closing: only the leases of the runs still going, until close())
+        if self.detached:  # (closing: only the lease, for the runs still going, until close())
             conn.execute(
-                "UPDATE timerwheel_keys SET lease_until = clock_timestamp() + make_interval(secs => %s) "
-                "WHERE owner = %s",
+                "UPDATE timerwheel_owners SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+                "WHERE id = %s",
                 (self.lease, self.owner_id),
             )
             return
         # (the stamp before the count: a key this process stores after it may be missing from the count,
         # and the shed leaves it alone)
         stamp = holder.stamp()
-        live, total = conn.execute(
-            "WITH h AS (INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
-            "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = EXCLUDED.lease_until), "
-            "d AS (DELETE FROM timerwheel_owners WHERE lease_until < clock_timestamp() - interval '1 day') "
-            "SELECT (SELECT count(*) FROM timerwheel_owners WHERE lease_until > clock_timestamp() "
-            "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys)",
-            (self.owner_id, self.lease, self.owner_id),
-        ).fetchone()
-        # Renewed without waiting for a row another session holds locked (an operator's open transaction):
-        # that key is renewed at a later round; what is held is read, not locked (a plain read waits for
-        # no lock), so that a locked row is not taken for a key lost.
-        held = conn.execute(
-            "WITH r AS (UPDATE timerwheel_keys "
-            "SET lease_until = clock_timestamp() + make_interval(secs => %s) WHERE key IN "
-            "(SELECT key FROM timerwheel_keys WHERE owner = %s FOR UPDATE SKIP LOCKED) AND owner = %s) "
-            "SELECT key, generation FROM timerwheel_keys WHERE owner = %s",
+        # The renewal: one row, this process's lease, whatever the number of keys it holds.
+        renewed, live, total, count = conn.execute(
+            "WITH h AS (UPDATE timerwheel_owners SET lease_until = clock_timestamp() + "
+            "make_interval(secs => %s) WHERE id = %s RETURNING 1) "
+            "SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM timerwheel_owners WHERE lease_until > "
+            "clock_timestamp() AND sharing AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys), "
+            "(SELECT count(*) FROM timerwheel_keys WHERE owner = %s)",
             (self.lease, self.owner_id, self.owner_id, self.owner_id),
-        ).fetchall()
+        ).fetchone()
+        if not renewed:
+            # Its lease lapsed and another process's claim declared it dead (deleted its row), and took
+            # what it claimed of its keys. Back to life, under the lock that claims share: no claim that
+            # overlaps the return reads the owners as they were before it. The keys nobody took still
+            # name this process: they are its own again (the full read below tells the holder which).
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_ID,))
+                conn.execute(
+                    "INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+                    "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = "
+                    "EXCLUDED.lease_until",
+                    (self.owner_id, self.lease),
+                )
+            logger.warning(
+                "timerwheel: the %s found its lease taken over (it lapsed, and another process declared "
+                "this one dead); it keeps the keys nobody took",
+                self.db.name,
+            )
+            self._rounds = 0
+        full = self._rounds % RECONCILE_EVERY == 0
+        self._rounds += 1
+        if full:
+            held = conn.execute(
+                "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+            ).fetchall()
+            count = len(held)
         self._valid_until = started + self.lease
-        holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
+        if full:
+            holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
         share = -(-total // live)
-        if len(held) > share:
-            holder.shed(len(held) - share, stamp)
-        elif len(held) < share and claim:
+        if count > share:
+            holder.shed(count - share, stamp)
+        elif count < share and claim:
             holder.flush()  # (ends of runs not recorded yet: recorded before any claim)
             stamp = holder.stamp()
             with conn.transaction():
                 if self.detached:  # (its KeyedScheduler closed during this round: claim nothing)
                     return
+                # Claims share a lock that a process's return to life takes alone (see above). The
+                # owners whose lease lapsed are declared dead first: their rows go (a take of theirs in
+                # flight holds its taker's row: waited for), and their keys are anyone's to claim.
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLAIM_ID,))
+                conn.execute("DELETE FROM timerwheel_owners WHERE lease_until < clock_timestamp()")
                 rows = conn.execute(
-                    f"UPDATE timerwheel_keys SET owner = %s, lease_until = clock_timestamp() + "
-                    f"make_interval(secs => %s) WHERE key IN (SELECT key FROM timerwheel_keys WHERE owner IS "
-                    f"NULL OR lease_until IS NULL OR lease_until < clock_timestamp() ORDER BY next_run_at "
-                    f"NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}",
-                    (self.owner_id, self.lease, min(share - len(held), 10_000)),
+                    f"UPDATE timerwheel_keys SET owner = %s WHERE key IN (SELECT key FROM timerwheel_keys k "
+                    f"WHERE owner IS NULL OR NOT EXISTS (SELECT 1 FROM timerwheel_owners o WHERE o.id = "
+                    f"k.owner) ORDER BY next_run_at NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) "
+                    f"RETURNING {COLUMNS}",
+                    (self.owner_id, min(share - count, 10_000)),
                 ).fetchall()
                 # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
                 # another program) is given back at once, exactly as it is, and the others go on.
@@ -160,8 +194,7 @@ class Keeper:
                         unreadable |= bad
                 if unreadable:
                     conn.execute(
-                        "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL "
-                        "WHERE key = ANY(%s) AND owner = %s",
+                        "UPDATE timerwheel_keys SET owner = NULL WHERE key = ANY(%s) AND owner = %s",
                         (sorted(unreadable), self.owner_id),
                     )
             if keys:

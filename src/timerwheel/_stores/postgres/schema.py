@@ -9,11 +9,17 @@ from typing import Any
 from ..rows import StoreError, encode_key, stored_key
 
 # (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
-# again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one)
-SCHEMA_VERSION = 4
+# again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
+# 5: one lease per process, in timerwheel_owners, instead of one per key; a fire is taken by
+# timerwheel_take_fire, which renews the taker's lease and refuses a taker declared dead)
+SCHEMA_VERSION = 5
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
+# The advisory lock between claims (shared) and a process's return to life (exclusive): a claim's
+# statement never reads the owners as they were before a return that commits while it runs (see
+# Keeper.one_round).
+CLAIM_ID = LOCK_ID + 2
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS timerwheel_meta (name text PRIMARY KEY, value text NOT NULL)""",
@@ -25,9 +31,10 @@ SCHEMA = [
         next_run_at bigint,
         last_scheduled_for bigint,
         last_error text,
-        owner text,
-        lease_until timestamptz
+        owner text
     )""",
+    # (version 4 and before: a lease per key; the lease is the owner's now, in timerwheel_owners)
+    """ALTER TABLE timerwheel_keys DROP COLUMN IF EXISTS lease_until""",
     """CREATE INDEX IF NOT EXISTS timerwheel_keys_owner ON timerwheel_keys (owner)""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
         key text NOT NULL,
@@ -42,24 +49,37 @@ SCHEMA = [
     )""",
     """CREATE INDEX IF NOT EXISTS timerwheel_fires_unfinished ON timerwheel_fires (key)
         WHERE finished_at IS NULL""",
+    # A process's lease: every key whose row names it as owner is held while this row exists; a claim
+    # deletes the row once the lease lapsed (the process is declared dead, and its keys are anyone's).
+    # `sharing` is false once its KeyedScheduler closed: it still holds the keys whose runs go on, and no
+    # longer counts among the processes the keys are shared by.
     """CREATE TABLE IF NOT EXISTS timerwheel_owners (
         id text PRIMARY KEY,
         lease_until timestamptz NOT NULL,
-        started_at timestamptz NOT NULL DEFAULT clock_timestamp()
+        started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        sharing boolean NOT NULL DEFAULT true
     )""",
+    """ALTER TABLE timerwheel_owners ADD COLUMN IF NOT EXISTS sharing boolean NOT NULL DEFAULT true""",
     # Version 1 had a start_fire that returned a boolean: a function's result type cannot be replaced.
     """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
         double precision, text, bigint, text)""",
-    # A fire taken in one round trip: the key must be held (owner, generation) by the caller; the fire
-    # must be new, or an unfinished one of the caller's (a retry after a lost connection), or, for a
-    # rerun, any unfinished one (the interrupted fire of a process that died). It waits for the key's
-    # row at most p_lock_wait seconds (a keeper renewing its leases holds the rows it renews for the
-    # length of that statement): a row locked longer by another session (an operator's open
-    # transaction) raises lock_not_available, and the fire is tried again later while the other keys go
-    # on. Returns the fire's attempt (1, more for a rerun; the same take again of a rerun, its answer
-    # lost, has the same owner and started_at, and the same attempt), or 0 if it was not taken. The key's
-    # latest started fire does not go back for a rerun of an older one.
-    """CREATE OR REPLACE FUNCTION timerwheel_start_fire(
+    # Version 4's take renewed a lease per key: a process of an older version must not take fires in a
+    # database of this one (its calls fail, and its keys go to the others once its lease lapses).
+    """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
+        double precision, text, bigint, text, double precision)""",
+    # A fire taken in one round trip. The taker's lease (its row in timerwheel_owners) is renewed first:
+    # a taker without one was declared dead by another process's claim (its lease lapsed), which may
+    # have taken its keys: -1, nothing written. (The row's lock, taken by the renewal, is what a claim's
+    # DELETE of a lapsed owner waits for: a take and a declaration of its taker's death never overlap.)
+    # Then the key must be held (owner, generation) by the caller; the fire must be new, or an unfinished
+    # one of the caller's (a retry after a lost connection), or, for a rerun, any unfinished one (the
+    # interrupted fire of a process that died). It waits for the key's row at most p_lock_wait seconds:
+    # a row locked longer by another session (an operator's open transaction) raises
+    # lock_not_available, and the fire is tried again later while the other keys go on. Returns the
+    # fire's attempt (1, more for a rerun; the same take again of a rerun, its answer lost, has the same
+    # owner and started_at, and the same attempt), or 0 if it was not taken. The key's latest started
+    # fire does not go back for a rerun of an older one.
+    """CREATE OR REPLACE FUNCTION timerwheel_take_fire(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
         p_last_error text, p_lock_wait double precision) RETURNS integer LANGUAGE plpgsql AS $$
@@ -67,6 +87,11 @@ SCHEMA = [
         v_attempts integer;
     BEGIN
         PERFORM set_config('lock_timeout', (ceil(p_lock_wait * 1000))::bigint || 'ms', true);
+        UPDATE timerwheel_owners SET lease_until = GREATEST(lease_until,
+            clock_timestamp() + make_interval(secs => p_lease)) WHERE id = p_owner;
+        IF NOT FOUND THEN
+            RETURN -1;
+        END IF;
         PERFORM 1 FROM timerwheel_keys
             WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
         IF NOT FOUND THEN
@@ -97,8 +122,7 @@ SCHEMA = [
         UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
             last_scheduled_for = CASE WHEN p_rerun THEN GREATEST(last_scheduled_for, p_scheduled_for)
                 ELSE p_scheduled_for END,
-            last_error = p_last_error,
-            lease_until = clock_timestamp() + make_interval(secs => p_lease)
+            last_error = p_last_error
             WHERE key = p_key;
         RETURN v_attempts;
     END $$""",

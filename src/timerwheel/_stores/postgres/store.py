@@ -96,6 +96,13 @@ class PostgresStore:
             with db.main.lock:
                 migrate(db.main.get(), self.name)
                 db.measure_offset(db.main.get())
+                # Its lease (the owner row that every key it holds names): what it upserts before its
+                # KeyedScheduler starts is held for a lease from now; the keeper renews it from then on.
+                db.main.get().execute(
+                    "INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+                    "make_interval(secs => %s))",
+                    (self.owner_id, lease),
+                )
         except StoreError:
             db.main.drop()
             raise
@@ -127,15 +134,14 @@ class PostgresStore:
             return int(
                 conn.execute(
                     "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner, lease_until) VALUES "
-                    f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s, clock_timestamp() + "
-                    "make_interval(secs => %s)) ON CONFLICT (key) DO UPDATE SET "
+                    "last_scheduled_for, last_error, owner) VALUES "
+                    f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
                     "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
                     "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner "
                     "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
-                    (k, *row[1:], self.owner_id, self.lease, CHANNEL, payload),
+                    (k, *row[1:], self.owner_id, CHANNEL, payload),
                 ).fetchone()[0]
             )
 
@@ -169,18 +175,18 @@ class PostgresStore:
                 ).fetchone()[0]
                 result = conn.execute(
                     "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner, lease_until) SELECT u.key, u.data, "
+                    "last_scheduled_for, last_error, owner) SELECT u.key, u.data, "
                     f"{ABOVE_FLOOR.replace('%s', 'u.generation')}, u.state, u.next_run_at, "
-                    "u.last_scheduled_for, u.last_error, %s, clock_timestamp() + "
-                    "make_interval(secs => %s) FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], "
-                    "%s::bigint[], %s::bigint[], %s::text[]) AS u(key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error) ON CONFLICT (key) DO UPDATE SET "
-                    "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
-                    "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
+                    "u.last_scheduled_for, u.last_error, %s FROM unnest(%s::text[], %s::text[], "
+                    "%s::bigint[], %s::text[], %s::bigint[], %s::bigint[], %s::text[]) AS u(key, data, "
+                    "generation, state, next_run_at, last_scheduled_for, last_error) ON CONFLICT (key) "
+                    "DO UPDATE SET data = EXCLUDED.data, "
+                    "generation = GREATEST(EXCLUDED.generation, t.generation + 1), state = EXCLUDED.state, "
+                    "next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, owner = EXCLUDED.owner, lease_until = EXCLUDED.lease_until "
+                    "EXCLUDED.last_error, owner = EXCLUDED.owner "
                     "RETURNING key, generation",
-                    (self.owner_id, self.lease, keys, *[list(c) for c in columns]),
+                    (self.owner_id, keys, *[list(c) for c in columns]),
                 ).fetchall()
                 if deleted is not None:
                     conn.execute("WITH d(generation) AS (VALUES (%s::bigint)) " + RAISE_FLOOR, (deleted,))
@@ -247,15 +253,16 @@ class PostgresStore:
         return bool(self._db.do(work, f"delete key {key!r}", self._db.changes))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
-        """Take the fire (key, generation, scheduled_for) and write the key's row, in one transaction, if
-        this process holds the key at that generation: the fire's attempt (1, more for a rerun); 0
-        (nothing written) otherwise, or if the fire was taken already. StoreError, at once, if another
-        session holds the key's row locked."""
+        """Take the fire (key, generation, scheduled_for), write the key's row and renew this process's
+        lease, in one transaction, if this process holds the key at that generation: the fire's attempt
+        (1, more for a rerun); 0 (nothing written) otherwise, or if the fire was taken already.
+        StoreError, at once, if another session holds the key's row locked, or if another process
+        declared this one dead (its lease lapsed) and its keeper has not brought it back yet."""
         k = key_text(row.key)
-        return int(
+        attempt = int(
             self._db.do(
                 lambda conn: conn.execute(
-                    "SELECT timerwheel_start_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                    "SELECT timerwheel_take_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                     (
                         k,
                         row.generation,
@@ -273,6 +280,13 @@ class PostgresStore:
                 f"take a fire of key {row.key!r}",
             )
         )
+        if attempt < 0:
+            raise StoreError(
+                f"the {self.name} could not take a fire of key {row.key!r}: this process was declared dead "
+                "(its lease lapsed, and another process's claim took over); tried again once its keeper "
+                "renews it"
+            )
+        return attempt
 
     def finish_fire(
         self,
@@ -315,7 +329,7 @@ class PostgresStore:
             return
         self._db.do(
             lambda conn: conn.execute(
-                "UPDATE timerwheel_keys AS t SET owner = NULL, lease_until = NULL "
+                "UPDATE timerwheel_keys AS t SET owner = NULL "
                 "FROM unnest(%s::text[], %s::bigint[]) AS u(key, generation) WHERE t.owner = %s "
                 f"AND t.key = u.key AND t.generation = u.generation AND t.key IN ({IN_ORDER})",
                 ([k for k, _ in pairs], [g for _, g in pairs], self.owner_id, [k for k, _ in pairs]),
@@ -325,18 +339,23 @@ class PostgresStore:
 
     def detach(self, running: list[Hashable]) -> None:
         """The KeyedScheduler closes: claim nothing more, give back every key held but those whose runs
-        are still going (their leases are renewed until close())."""
+        are still going (its lease is renewed until close()), and count no more among the processes that
+        share the keys."""
         self._keeper.detached = True
         keep = [key_text(k) for k in running]
-        try:
-            self._db.do(
-                lambda conn: conn.execute(
-                    "UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN (SELECT key "
-                    "FROM timerwheel_keys WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
+
+        def give_back(conn: Any) -> None:
+            with conn.transaction():
+                # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
+                conn.execute("UPDATE timerwheel_owners SET sharing = false WHERE id = %s", (self.owner_id,))
+                conn.execute(
+                    "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
+                    "WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
                     (self.owner_id, keep),
-                ),
-                "give its keys back",
-            )
+                )
+
+        try:
+            self._db.do(give_back, "give its keys back")
         except Exception as exc:  # unreachable: the leases lapse by themselves
             logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
 
@@ -347,16 +366,19 @@ class PostgresStore:
         if self._db.closed or self._pid != os.getpid():
             return
         self._keeper.stop()
+
+        def give_back(conn: Any) -> None:
+            with conn.transaction():
+                # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
+                conn.execute("DELETE FROM timerwheel_owners WHERE id = %s", (self.owner_id,))
+                conn.execute(
+                    "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
+                    "WHERE owner = %s ORDER BY key FOR UPDATE) AND owner = %s",
+                    (self.owner_id, self.owner_id),
+                )
+
         try:
-            self._db.do(
-                lambda conn: conn.execute(
-                    "WITH r AS (UPDATE timerwheel_keys SET owner = NULL, lease_until = NULL WHERE key IN "
-                    "(SELECT key FROM timerwheel_keys WHERE owner = %s ORDER BY key FOR UPDATE) "
-                    "AND owner = %s) DELETE FROM timerwheel_owners WHERE id = %s",
-                    (self.owner_id, self.owner_id, self.owner_id),
-                ),
-                "give its keys back",
-            )
+            self._db.do(give_back, "give its keys back")
         except Exception as exc:  # unreachable: the leases lapse by themselves
             logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
         for connection in (self._db.main, self._db.changes):
