@@ -1,7 +1,7 @@
 """KeyedScheduler on PostgresStore: the figures of issue 16, on a PostgreSQL server this script starts
 itself (tests/_pg.py: initdb and pg_ctl in a temporary directory, 127.0.0.1 only).
 
-    python benchmarks/shared.py [--keys N] [--period P] [--seconds S]
+    python benchmarks/shared.py [--keys N] [--period P] [--seconds S] [--workers W] [--processes 1,2,4]
 
 - fires per second sustained with 1, 2 and 4 processes (tests/_shared_child.py: N keys, each firing every
   P seconds on a grid of its own; what is demanded is N / P fires per second), with the lateness of the
@@ -18,6 +18,7 @@ The machine is shared by the children and the server: read the figures as what 2
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
 import sys
@@ -138,18 +139,24 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--period", type=float, default=0.5)
     parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--workers", type=int, default=2, help="each process's ThreadedScheduler workers")
+    parser.add_argument("--processes", default="1,2,4", help="the process counts, e.g. 1,2,4")
+    parser.add_argument("--no-takeover", action="store_true", help="only the sustained rates")
     args = parser.parse_args()
+    os.environ["WORKERS"] = str(args.workers)  # (the children's: tests/_shared_child.py)
     server = _pg.Server()
     try:
         print("| processes | fires/s demanded | fires/s run | lateness p50 | p99 | run twice | lost |")
         print("|---|---|---|---|---|---|---|")
-        for n in (1, 2, 4):
+        for n in (int(p) for p in args.processes.split(",")):
             r = sustained(server, n, args.keys, args.period, args.seconds)
             print(
                 f"| {n} | {r['demanded']:.0f} | {r['fires_per_s']:.0f} | {r['p50_ms']:.1f} ms | "
                 f"{r['p99_ms']:.1f} ms | {r['twice']} | {r['lost']} |",
                 flush=True,
             )
+        if args.no_takeover:
+            return
         t = takeover(server, 1000, 0.5)
         print(
             f"\ntakeover after a SIGKILL (lease 2 s, renewal every 0.67 s): {t['taken_over']} of the "

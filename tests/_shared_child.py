@@ -14,6 +14,8 @@ returned):
     M key first_us last_us count     on_missed: fires not run (with CATCH_UP=once in the environment:
                                      CatchUp.ONCE; CatchUp.ALL otherwise)
     X name                           closed cleanly
+
+Its ThreadedScheduler has 2 workers, or WORKERS from the environment.
 """
 
 from __future__ import annotations
@@ -186,7 +188,7 @@ def main() -> None:
         log(f"M {key} {round(first.timestamp() * 1e6)} {round(last.timestamp() * 1e6)} {count}")
 
     once = os.environ.get("CATCH_UP") == "once"
-    sched = ThreadedScheduler(wall_clock=store.wall, workers=2)
+    sched = ThreadedScheduler(wall_clock=store.wall, workers=int(os.environ.get("WORKERS", "2")))
     keyed = KeyedScheduler(
         sched,
         grid(period),

@@ -34,6 +34,7 @@ from timerwheel import (
     ThreadedScheduler,
 )
 from timerwheel._stores.postgres import SCHEMA_VERSION
+from timerwheel._stores.postgres.schema import CLAIM_ID
 from timerwheel.testing import ManualClock
 
 from . import _pg
@@ -228,35 +229,50 @@ def test_a_version_1_schema_is_migrated(dsn: str) -> None:
     store.close()
 
 
-def test_a_version_4_schema_is_migrated_to_one_lease_per_process(dsn: str) -> None:
-    """Version 4 kept a lease per key (renewed row by row) and took fires with timerwheel_start_fire,
-    which renewed the key's lease. The migration drops both: a process of the older version can no longer
-    take a fire (its call fails; its keys go to the others once its lease lapses), and a key's row names
-    only its owner, whose one lease row says whether it is alive. A key held by a live owner stays held."""
+def test_a_version_4_schema_is_migrated_and_its_processes_keys_go_to_the_new_ones(dsn: str) -> None:
+    """Version 4 kept a lease per key, a heartbeat per process in timerwheel_owners, and took fires with
+    timerwheel_start_fire. The migration drops all three: a process of version 4 still running can no
+    longer take a fire, renew or heartbeat (each of its statements fails), so it no longer passes for
+    alive (its heartbeat kept its keys from the new processes for as long as it ran), and its keys,
+    naming an owner without a lease, are claimed by a process of this version at once."""
     from timerwheel._stores import StoredKey
 
-    old = PostgresStore(dsn, lease=30.0)
+    PostgresStore(dsn, lease=30.0).close()
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
-    old.put(row)
     sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
+    sql(dsn, "CREATE TABLE timerwheel_owners (id text PRIMARY KEY, lease_until timestamptz NOT NULL)")
     sql(
         dsn,
         "CREATE FUNCTION timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean, "
         "double precision, text, bigint, text, double precision) RETURNS integer LANGUAGE sql AS 'SELECT 1'",
     )
+    sql(dsn, "DROP FUNCTION timerwheel_take_fires")
+    sql(dsn, "DROP TABLE timerwheel_leases")
+    v4_heartbeat = (
+        "INSERT INTO timerwheel_owners VALUES ('v4', now() + interval '30 seconds') ON CONFLICT (id) "
+        "DO UPDATE SET lease_until = EXCLUDED.lease_until"
+    )
+    sql(dsn, v4_heartbeat)
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys VALUES ('\"k\"', 'null', 1, 'pending', 1000, NULL, NULL, 'v4', "
+        "now() + interval '30 seconds')",
+    )
     sql(dsn, "UPDATE timerwheel_meta SET value = '4' WHERE name = 'schema'")
     new = PostgresStore(dsn, lease=30.0)
     assert sql(dsn, "SELECT value FROM timerwheel_meta WHERE name = 'schema'") == [(str(SCHEMA_VERSION),)]
-    assert sql(
-        dsn,
-        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'timerwheel_keys' "
-        "AND column_name = 'lease_until'",
-    ) == [(0,)]
-    assert sql(dsn, "SELECT count(*) FROM pg_proc WHERE proname = 'timerwheel_start_fire'") == [(0,)]
-    assert old.held() == 1 and new.held() == 0  # (its owner's lease is live: still its)
-    assert old.start_fire(row._replace(state="running"), 1_000, 1, False) == 1
+    for statement in (
+        v4_heartbeat,
+        "UPDATE timerwheel_keys SET lease_until = now() WHERE owner = 'v4'",
+        "SELECT timerwheel_start_fire('\"k\"', 1, 1000, 1, 'v4', false, 30.0, 'running', NULL, NULL, 0.1)",
+    ):
+        with pytest.raises(psycopg.errors.UndefinedTable if "owners" in statement else psycopg.Error):
+            sql(dsn, statement)
+    holder = _Holder()
+    keeper_round(new, holder)
+    assert [r.key for r in holder.adopted] == ["k"] and new.held() == 1
+    assert new.start_fire(row._replace(state="running"), 1_000, 1, False) == 1
     new.close()
-    old.close()
 
 
 def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
@@ -314,7 +330,7 @@ class _Holder:
         self.lost_said = True
 
 
-LAPSE = "UPDATE timerwheel_owners SET lease_until = now() - interval '1 second' WHERE id = %s"
+LAPSE = "UPDATE timerwheel_leases SET lease_until = now() - interval '1 second' WHERE id = %s"
 
 
 def keeper_round(store: PostgresStore, holder: Any) -> None:
@@ -336,7 +352,7 @@ def test_renewing_a_lease_writes_one_row_whatever_the_number_of_keys(dsn: str) -
     store.replace([StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(2_000)], None)
     keeper_round(store, _Holder())  # (the first round reads what it holds in full)
     versions = "SELECT key, xmin::text FROM timerwheel_keys ORDER BY key"
-    owner = "SELECT lease_until FROM timerwheel_owners WHERE id = %s"
+    owner = "SELECT lease_until FROM timerwheel_leases WHERE id = %s"
     keys_before, lease_before = sql(dsn, versions), sql(dsn, owner, store.owner_id)
     for _ in range(3):
         keeper_round(store, _Holder())
@@ -346,63 +362,146 @@ def test_renewing_a_lease_writes_one_row_whatever_the_number_of_keys(dsn: str) -
     store.close()
 
 
-def test_a_process_declared_dead_takes_nothing_until_it_is_back_and_then_keeps_what_nobody_took(
-    dsn: str,
-) -> None:
-    """Another process's claim deletes a lapsed owner's lease row (declares it dead) and claims up to its
-    share of the keys; the dead process's takes are refused meanwhile, with a StoreError (tried again,
-    not taken for a key lost); its next keeper round brings it back, under the lock claims share, and
-    it keeps the keys nobody claimed: its takes of those succeed, of the others are refused."""
+def test_a_process_whose_lease_lapsed_keeps_the_keys_nobody_claimed_meanwhile(dsn: str) -> None:
+    """Another process's claim takes up to its share of a lapsed owner's keys; the lapsed process, back,
+    renews its lease with its next take or keeper round, keeps the keys nobody claimed (its takes of
+    those succeed, of the others are refused), and its keeper, told of the lapse, reads what it holds
+    in full at once (not at its next periodic read)."""
     from timerwheel._stores import StoredKey
 
     a, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
     rows = [StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(4)]
     a.replace(rows, None)
-    sql(dsn, LAPSE, a.owner_id)
-    keeper_round(b, _Holder())  # live: b alone; its share: all 4 (a's declared dead)
-    assert sql(dsn, "SELECT count(*) FROM timerwheel_owners WHERE id = %s", a.owner_id) == [(0,)]
-    assert b.held() == 4
-    sql(dsn, "UPDATE timerwheel_keys SET owner = %s WHERE key IN ('2', '3')", a.owner_id)  # (not taken)
-    running = rows[2]._replace(state="running")
-    with pytest.raises(StoreError, match="declared dead"):
-        a.start_fire(running, 1_002, 1, False)
     holder = _Holder()
-    keeper_round(a, holder)
-    assert holder.reconciled == [{2: 1, 3: 1}]  # back: what still names it is its own
-    assert a.start_fire(running, 1_002, 1, False) == 1
+    keeper_round(a, holder)  # (its first round reads in full; the next ones count)
+    sql(dsn, LAPSE, a.owner_id)
+    keeper_round(b, _Holder())  # live: b alone; its share: all 4
+    assert b.held() == 4
+    sql(dsn, "UPDATE timerwheel_keys SET owner = %s WHERE key IN ('2', '3')", a.owner_id)  # (unclaimed)
+    running = rows[2]._replace(state="running")
+    assert a.start_fire(running, 1_002, 1, False) == 1  # (its take renews its lease: alive again)
     assert a.start_fire(rows[0]._replace(state="running"), 1_000, 1, False) == 0  # b's now
+    keeper_round(a, holder)
+    assert holder.reconciled[-1] == {2: 1, 3: 1} and len(holder.reconciled) == 2
     a.close()
     b.close()
 
 
-def test_a_take_in_flight_keeps_its_taker_alive_against_a_claim(dsn: str) -> None:
-    """A take renews its taker's lease in its own transaction, and a claim declares a lapsed owner dead
-    by deleting its row: the delete waits for the take, sees the renewed lease, and leaves the owner and
-    its keys alone (a process paused past its lease, back and taking a fire just as another claims, is
-    not run over: the fire it takes is not also adopted, unfinished, elsewhere)."""
+def test_a_take_in_flight_keeps_its_taker_s_keys_from_a_claim(dsn: str) -> None:
+    """A take renews its taker's lease in its own transaction, its lease row locked; a claim skips the
+    keys of a lapsed owner whose row is locked: a process paused past its lease, back and taking a fire
+    just as another claims, is not run over (the fire it takes is not also adopted, unfinished,
+    elsewhere), and the claim waits for nothing."""
     from timerwheel._stores import StoredKey
 
     a, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
     a.put(StoredKey("k", "null", 1, "pending", 1_000, None, None))
     sql(dsn, LAPSE, a.owner_id)
-    with psycopg.connect(dsn) as take:  # (a take's first step, held open: the lease row renewed, locked)
-        take.execute(
-            "UPDATE timerwheel_owners SET lease_until = clock_timestamp() + interval '30 seconds' "
-            "WHERE id = %s",
-            (a.owner_id,),
-        )
-        claim = threading.Thread(target=keeper_round, args=(b, _Holder()))
-        claim.start()
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = %s"
-        name = take.info.dbname
-        wait_for(lambda: sql(dsn, waiting, name) == [(1,)], 5.0, "the claim waits for the lease row")
-        take.commit()
-        claim.join(10)
-    assert not claim.is_alive()
-    assert a.held() == 1 and b.held() == 0
-    assert sql(dsn, "SELECT count(*) FROM timerwheel_owners WHERE id = %s", a.owner_id) == [(1,)]
+    with psycopg.connect(dsn) as take:  # (a take's first step, held open: the lease row locked)
+        take.execute("SELECT 1 FROM timerwheel_leases WHERE id = %s FOR NO KEY UPDATE", (a.owner_id,))
+        keeper_round(b, _Holder())
+        assert a.held() == 1 and b.held() == 0
+        take.rollback()
+    keeper_round(b, _Holder())  # (the row free, the lease still lapsed: now b claims the key)
+    assert a.held() == 0 and b.held() == 1
     a.close()
     b.close()
+
+
+def test_a_claim_stopped_in_its_transaction_holds_up_no_other_claim(dsn: str) -> None:
+    """A claim holds the lapsed leases it reads (FOR SHARE) to its end: another claim, while the first
+    is stopped in its transaction (a keeper paused by SIGSTOP, its host gone), still takes a dead
+    process's keys (a claim that deleted the lapsed leases blocked every other claim until it ended)."""
+    from timerwheel._stores import StoredKey
+
+    d, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
+    d.replace([StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(3)], None)
+    sql(dsn, LAPSE, d.owner_id)
+    with psycopg.connect(dsn) as stopped:  # (another claim, stopped after reading the lapsed leases)
+        stopped.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLAIM_ID,))
+        stopped.execute("SELECT id FROM timerwheel_leases WHERE lease_until < clock_timestamp() FOR SHARE")
+        keeper_round(b, _Holder())
+        assert b.held() == 3
+        stopped.rollback()
+    b.close()
+    d.close()
+
+
+def test_a_store_s_sessions_end_when_left_idle_in_a_transaction(dsn: str) -> None:
+    """Every session of a store has lock and statement timeouts, an idle-in-transaction timeout of one
+    lease (a process stopped inside a transaction, a claim's, holds its locks that long at most) and
+    keepalives from the server's side."""
+    store = PostgresStore(dsn, lease=2.5, lock_timeout=0.5, statement_timeout=7.0)
+    conn = store._db.connect()
+    try:
+        shown = [
+            conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in (
+                "lock_timeout",
+                "statement_timeout",
+                "idle_in_transaction_session_timeout",
+                "tcp_keepalives_idle",
+            )
+        ]
+    finally:
+        conn.close()
+    assert shown == ["500ms", "7s", "2500ms", "5"]
+    store.close()
+
+
+def test_fires_taken_together_are_each_taken_as_alone_and_a_locked_row_holds_up_only_its_own(
+    dsn: str,
+) -> None:
+    """start_fires() takes many fires in one round trip, each as start_fire() would: a fire of a key held
+    elsewhere is 0, a fire taken already is 0, and a key whose row another session holds locked is a
+    StoreError for that fire alone (the others are taken, in the same transaction)."""
+    from timerwheel._stores import StoredKey
+
+    store, other = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
+    rows = [StoredKey(k, "null", 1, "running", 1_000, None, None) for k in "abcd"]
+    for row in rows[:3]:
+        store.put(row._replace(state="pending"))
+    other.put(rows[3]._replace(state="pending"))
+    assert store.start_fire(rows[0], 1_000, 1, False) == 1
+    store.finish_fire(None, "a", 1, 1_000, 1, None)
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", ('"c"',))
+        got = store.start_fires([(rows[i], 1_000, 2, False) for i in (3, 2, 1, 0)])
+    assert got[0] == 0 and isinstance(got[1], StoreError) and "locked" in str(got[1])
+    assert got[2:] == [1, 0]  # (d is other's; a's fire finished already)
+    assert sql(dsn, "SELECT key, started_at FROM timerwheel_fires ORDER BY key") == [('"a"', 1), ('"b"', 2)]
+    assert store.start_fire(rows[2], 1_000, 3, False) == 1  # (c, once its row is free)
+    sql(dsn, "DELETE FROM timerwheel_leases WHERE id = %s", store.owner_id)  # (as a day after it lapsed)
+    assert all(
+        isinstance(r, StoreError) and "no lease" in str(r)
+        for r in store.start_fires([(row, 2_000, 4, False) for row in rows[:3]])
+    )
+    store.close()
+    other.close()
+
+
+def test_ends_recorded_together_write_the_later_row_of_a_key(dsn: str) -> None:
+    """finish_fires() records many runs' ends in one statement: every fire is marked finished, and of
+    two ends of one key (two short runs, their ends queued together) the later row is written."""
+    from timerwheel._stores import FinishedFire, StoredKey
+
+    store = PostgresStore(dsn, lease=30.0)
+    row = StoredKey("k", "null", 1, "running", 1_000, None, None)
+    store.put(row._replace(state="pending"))
+    assert store.start_fire(row, 1_000, 1, False) == 1
+    store.finish_fires(
+        [(row._replace(state="pending", next_run_at=2_000), FinishedFire("k", 1, 1_000, 5, None))]
+    )
+    assert store.start_fire(row._replace(next_run_at=None), 2_000, 6, False) == 1
+    store.finish_fires(
+        [
+            (row._replace(state="pending", next_run_at=2_000), FinishedFire("k", 1, 1_000, 5, None)),
+            (row._replace(state="pending", next_run_at=3_000), FinishedFire("k", 1, 2_000, 7, "boom")),
+        ]
+    )
+    assert sql(dsn, "SELECT state, next_run_at FROM timerwheel_keys") == [("pending", 3_000)]
+    assert sql(dsn, "SELECT scheduled_for, finished_at, error FROM timerwheel_fires") == [(2_000, 7, "boom")]
+    store.close()
 
 
 # -- several KeyedSchedulers of one process on one database (each as a process would be) --------------
@@ -869,18 +968,19 @@ from timerwheel import KeyedScheduler, PostgresStore, ThreadedScheduler
 dsn, journal = sys.argv[1], sys.argv[2]
 fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 store = PostgresStore(dsn, lease=1.0)
-take = store.start_fire
+take = store.start_fires
 paused = []
 
-def start_fire(row, scheduled_for, started_at, rerun):
-    attempt = take(row, scheduled_for, started_at, rerun)
-    if attempt and not paused:  # taken: the process is paused here, before the run starts
-        paused.append(True)
-        os.write(fd, f"T {row.key} {scheduled_for}\\n".encode())
-        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # (this thread stops at once)
-    return attempt
+def start_fires(takes):
+    results = take(takes)
+    for (row, scheduled_for, _, _), attempt in zip(takes, results):
+        if attempt == 1 and not paused:  # taken: the process is paused here, before the run starts
+            paused.append(True)
+            os.write(fd, f"T {row.key} {scheduled_for}\\n".encode())
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # (this thread stops at once)
+    return results
 
-store.start_fire = start_fire
+store.start_fires = start_fires
 
 def run(ctx, key, data):
     os.write(fd, f"S {key} {ctx.fence.scheduled_for} {ctx.fence.attempt}\\n".encode())
@@ -1106,15 +1206,15 @@ def test_a_fire_taken_as_the_keyed_scheduler_closes_is_run_by_the_next_holder(ds
     (recover=RERUN)."""
     store = PostgresStore(dsn, lease=1.0)
     in_take, release = threading.Event(), threading.Event()
-    take = store.start_fire
+    take = store.start_fires
 
-    def slow_start_fire(row: Any, scheduled_for: int, started_at: int, rerun: bool) -> int:
-        attempt = take(row, scheduled_for, started_at, rerun)
+    def slow_start_fires(takes: list[Any]) -> list[Any]:
+        results = take(takes)
         in_take.set()
         release.wait(10)  # (the reply is on its way while the KeyedScheduler closes)
-        return attempt
+        return results
 
-    store.start_fire = slow_start_fire  # type: ignore[method-assign]
+    store.start_fires = slow_start_fires  # type: ignore[method-assign]
     ran: list[tuple[str, float]] = []
     a = KeyedScheduler(
         ThreadedScheduler(wall_clock=store.wall, workers=2),
@@ -1404,16 +1504,16 @@ def test_a_keeper_round_that_overlaps_close_leaves_the_closed_process_holding_on
 def fail_once(store: PostgresStore, key: Any) -> list[Any]:
     """Make the store fail to record the end of the next run of `key` (as in an outage of the database:
     the KeyedScheduler keeps it, to record with its next write); the list says when it has."""
-    finish = store.finish_fire
+    finish = store.finish_fires
     failed: list[Any] = []
 
-    def finish_fire(row: Any, k: Any, *rest: Any) -> None:
-        if k == key and not failed:
-            failed.append(k)
+    def finish_fires(ends: list[Any]) -> None:
+        if any(fire.key == key for _, fire in ends) and not failed:
+            failed.append(key)
             raise StoreError("the database is down (the test says so)")
-        finish(row, k, *rest)
+        finish(ends)
 
-    store.finish_fire = finish_fire  # type: ignore[method-assign]
+    store.finish_fires = finish_fires  # type: ignore[method-assign]
     return failed
 
 

@@ -15,7 +15,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._engine import log_safely
 from .._stores import FinishedFire, KeyStore, StoredKey, StoreError
@@ -24,43 +24,121 @@ from .table import KeyTable
 logger = logging.getLogger("timerwheel")
 
 
+MAX_BATCH = 500  # items of one batch (a batch's round trip grows with it: the first item waits for all)
+
+
+class Work(NamedTuple):
+    """An item of a writer's queue: fn(*args), or, a batch item (`key` not None: the key it writes), one
+    item of fn's list (see next_work)."""
+
+    future: Future[Any]
+    fn: Callable[..., Any] | None  # (None: the writer stops)
+    args: tuple[Any, ...]
+    key: Hashable | None = None
+
+
+def next_work(pending: list[Work]) -> list[Work]:
+    """What a writer does next, taken out of `pending` (its queue, in order): the first item alone if it
+    is not a batch item; else with it every batch item of the same kind that comes before the next other
+    work, but for those of a key with an item of another kind before them (a key's writes reach the
+    database in the order they were made), up to MAX_BATCH, in their order."""
+    first = pending[0]
+    if first.key is None:
+        del pending[0]
+        return [first]
+    chosen = [0]
+    held_back: set[Hashable] = set()  # keys with an item of another kind ahead
+    for i in range(1, len(pending)):
+        work = pending[i]
+        if work.key is None:
+            break
+        if work.fn == first.fn and work.key not in held_back:
+            chosen.append(i)
+            if len(chosen) == MAX_BATCH:
+                break
+        else:
+            held_back.add(work.key)
+    taken = set(chosen)
+    batch = [pending[i] for i in chosen]
+    pending[:] = [work for i, work in enumerate(pending) if i not in taken]
+    return batch
+
+
 class Writer:
     """A shared store's database work, done by one thread of the KeyedScheduler in the order it was
     decided (under the KeyedScheduler's lock, which is a ThreadedScheduler's own): nothing waits on the
     database with that lock held or on an event loop's thread, and a key's writes (its fire's take, its
     run's end, its release) reach the database in the order they were made. Whoever needs a result (a
-    take, an upsert) waits for its Future without the lock."""
+    take, an upsert) waits for its Future without the lock.
+
+    Work submitted as a batch item (submit_batched: fires' takes, runs' ends) is done together with the
+    items of the same kind queued with it (up to MAX_BATCH): `fn(items)` once, one round trip (see
+    next_work: other work is not jumped over, nor a key's earlier item). Nothing waits to fill a batch:
+    it holds what was queued when the writer came to it."""
 
     def __init__(self, name: str) -> None:
-        self._queue: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[Work] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._work, name=f"timerwheel-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """fn(*args) on the writer's thread, after everything submitted before. O(1)."""
         future: Future[Any] = Future()
-        self._queue.put((future, fn, args))
+        self._queue.put(Work(future, fn, args))
+        return future
+
+    def submit_batched(self, fn: Callable[[list[Any]], list[Any]], item: Any, key: Hashable) -> Future[Any]:
+        """fn([item, ...])'s result for `item` (`fn` takes a list of items and returns one result for each,
+        in order), on the writer's thread, after everything submitted before that it may not overtake (see
+        next_work): `key` is the key it writes. O(1)."""
+        future: Future[Any] = Future()
+        self._queue.put(Work(future, fn, (item,), key))
         return future
 
     def _work(self) -> None:
-        while (item := self._queue.get()) is not None:
-            future, fn, args = item
-            if not future.set_running_or_notify_cancel():
+        pending: list[Work] = []
+        while True:
+            if not pending:
+                pending.append(self._queue.get())
+            while True:  # (what was queued meanwhile joins: nothing waits to fill a batch)
+                try:
+                    pending.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            batch = next_work(pending)
+            first = batch[0]
+            if first.fn is None:
+                return
+            if first.key is None:
+                if first.future.set_running_or_notify_cancel():
+                    _settle([first.future], _one, first.fn, first.args)
                 continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # (the writer never dies: its caller hears of it)
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
+            batch = [work for work in batch if work.future.set_running_or_notify_cancel()]
+            if batch:
+                _settle([work.future for work in batch], first.fn, [work.args[0] for work in batch])
 
     def stop(self, wait: bool = True) -> None:
         """Do what was submitted, then stop; with `wait`, wait for that (not on the writer's own thread)."""
-        self._queue.put(None)
+        self._queue.put(Work(Future(), None, ()))
         if wait and threading.current_thread() is not self._thread:
             self._thread.join()
+
+
+def _one(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[Any]:
+    return [fn(*args)]
+
+
+def _settle(futures: list[Future[Any]], work: Callable[..., list[Any]], *args: Any) -> None:
+    """Each future gets its result of work(*args) (a list, in order), or, if it raises, its exception (the
+    writer never dies: its callers hear of it)."""
+    try:
+        results = work(*args)
+    except BaseException as exc:
+        for future in futures:
+            future.set_exception(exc)
+    else:
+        for future, result in zip(futures, results, strict=True):
+            future.set_result(result)
 
 
 class Journal:
@@ -112,25 +190,41 @@ class Journal:
             work(*args)
 
     def finish(self, row: StoredKey | None, fire: FinishedFire) -> None:
-        """Record a run's end (and the key's row, unless None): if the store fails, it is recorded with the
-        next write (or, if none comes, `recover` decides at the next start)."""
+        """Record a run's end (and the key's row, unless None): now, under the lock, with a local store; by
+        the writer with a shared one, together with the other ends queued there (see Writer)."""
+        if self.shared:
+            self.writer().submit_batched(self.finish_now, (row, fire), fire.key)
+        else:
+            self.finish_now([(row, fire)])
+
+    def finish_now(self, ends: list[tuple[StoredKey | None, FinishedFire]]) -> list[None]:
+        """Record runs' ends (each with its key's row, unless None), in one call of the store where it
+        takes many (`finish_fires`): if the store fails, they are recorded with the next write (or, if
+        none comes, `recover` decides at the next start)."""
         self.record_unrecorded()
+        many = getattr(self.store, "finish_fires", None)
         try:
-            self.store.finish_fire(row, *fire)
+            if many is not None:
+                many(ends)
+            else:
+                for row, fire in ends:
+                    self.store.finish_fire(row, *fire)
         except Exception as exc:
             with self.unrecorded_lock:
-                self.unrecorded.append(fire)
+                self.unrecorded.extend(fire for _, fire in ends)
             log_safely(
                 logger,
                 (KeyboardInterrupt, SystemExit),
                 logging.ERROR,
-                "timerwheel: the %s failed to record the end of a run of key %r (%r); it is recorded with "
-                "the next write",
+                "timerwheel: the %s failed to record the end of a run of key %r%s (%r); it is recorded "
+                "with the next write",
                 self.store.name,
-                fire.key,
+                ends[0][1].key,
+                f" and {len(ends) - 1} more" if len(ends) > 1 else "",
                 exc,
                 exc_info=exc,
             )
+        return [None] * len(ends)
 
     def save(self, rows: list[StoredKey], finished: list[FinishedFire], what: str) -> None:
         """Write keys' rows and mark fires finished; a store that fails is logged (the rows are written

@@ -212,7 +212,7 @@ class Runs:
                 return STALE
             if not self.table.shared:
                 return self._take_done(ctx, start, self._take(start))
-        taken = self.journal.writer().submit(self._take, start).result()
+        taken = self.journal.writer().submit_batched(self._takes, start, rec.key).result()
         with self.table.lock:
             return self._take_done(ctx, start, taken)
 
@@ -228,7 +228,7 @@ class Runs:
                 return STALE
             if not self.table.shared:
                 return self._take_done(ctx, start, self._take(start))
-        take = asyncio.wrap_future(self.journal.writer().submit(self._take, start))
+        take = asyncio.wrap_future(self.journal.writer().submit_batched(self._takes, start, rec.key))
         cancelled: BaseException | None = None
         cancels = 0
         while True:  # a cancel (run_timeout, the scheduler closing) waits for the take all the same:
@@ -343,17 +343,34 @@ class Runs:
         """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
         it was taken already (or, a shared store, the key is held elsewhere), or the store's error; and
         the monotonic time the take was asked for (a shared store's lease on the key runs from then)."""
-        asked = self.table.monotonic()
         if start.row is None:
-            return 1, asked
+            return 1, self.table.monotonic()
+        return self._takes([start])[0]
+
+    def _takes(self, starts: list[Start]) -> list[tuple[int | BaseException, float]]:
+        """_take() for many fires (a shared store's writer, for every take queued together: one round trip
+        where the store takes many, `start_fires`)."""
+        asked = self.table.monotonic()
+        store = self.table.store
+        takes = []
+        for s in starts:
+            assert s.row is not None  # (a durable store's start: see _prepare)
+            takes.append((s.row, micro(s.scheduled_for), s.started_at, s.rerun))
         try:
             self.journal.record_unrecorded()
-            attempt = self.table.store.start_fire(
-                start.row, micro(start.scheduled_for), start.started_at, start.rerun
-            )
+            many = getattr(store, "start_fires", None)
+            if many is not None:
+                results = many(takes)
+            else:
+                results = []
+                for take in takes:
+                    try:
+                        results.append(store.start_fire(*take))
+                    except Exception as exc:
+                        results.append(exc)
         except Exception as exc:
-            return exc, asked
-        return int(attempt), asked
+            return [(exc, asked)] * len(starts)
+        return [(r if isinstance(r, BaseException) else int(r), asked) for r in results]
 
     def _take_done(self, ctx: JobContext, start: Start, take: tuple[int | BaseException, float]) -> Any:
         """Under the lock, after the take: the run's data, or STALE if it does not run after all.
@@ -506,7 +523,7 @@ class Runs:
                     else "superseded before it started"
                 )
                 fire = FinishedFire(rec.key, generation, micro(scheduled_for), micro(wall_now), message)
-                self.journal.write(self.journal.finish, row if mine else None, fire)
+                self.journal.finish(row if mine else None, fire)
             if outcome is not None and not self.table.closed:
                 self.table.apply(rec, *outcome, result if isinstance(result, BaseException) else None)
             self.table.settle(rec)

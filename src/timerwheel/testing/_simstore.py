@@ -17,6 +17,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any
 
+from .._keyed.journal import Work, next_work
 from .._stores import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
 from .._stores.postgres.keeper import RECONCILE_EVERY
 
@@ -31,8 +32,9 @@ class SimDatabase:
         self.now = now
         self.keys: dict[Hashable, dict[str, Any]] = {}
         self.fires: dict[tuple[Hashable, int, int], dict[str, Any]] = {}
-        self.owners: dict[str, float] = {}  # the processes' leases (timerwheel_owners): owner -> until
+        self.owners: dict[str, float] = {}  # the processes' leases (timerwheel_leases): owner -> until
         self.detached: set[str] = set()  # owners whose KeyedScheduler closed (sharing: false)
+        self.rechecks: set[str] = set()  # owners whose take found their lease lapsed, or a fire refused
         self.floor = 0  # the highest generation of any key deleted
         self.stores: list[SimStore] = []  # every store that listens (NOTIFY reaches them)
         # users' changes: (time, what, key, data, next_run_at: the first fire its writer planned)
@@ -98,13 +100,15 @@ class SimDatabase:
         self.notify(owner, {"k": [key]})
         return True
 
-    # -- fires (timerwheel_take_fire, finish_fire, save) ----------------------------------------------
+    # -- fires (timerwheel_take_fires, finish_fires, save) --------------------------------------------
 
     def start_fire(
         self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool, owner: str, lease: float
     ) -> int:
         if owner not in self.owners:
-            return -1  # (declared dead by another's claim: its lease lapsed)
+            return -1  # (no lease: its store closed, or it lapsed a day ago)
+        if self.owners[owner] < self.now():
+            self.rechecks.add(owner)  # (another process may have claimed some of its keys)
         self.owners[owner] = max(self.owners[owner], self.now() + lease)
         key = self.keys.get(row.key)
         if key is None or key["generation"] != row.generation or key["owner"] != owner:
@@ -159,22 +163,28 @@ class SimDatabase:
         """A store made (or a process back to life): its lease row."""
         self.owners[owner] = self.now() + lease
 
-    def renew(self, owner: str, lease: float) -> tuple[bool, int, int, int]:
-        """The keeper's renewal of its one lease row, and the counts: (renewed: False if another's claim
-        declared it dead, live owners, keys, keys it holds)."""
+    def renew(self, owner: str, lease: float) -> tuple[bool, bool, int, int, int]:
+        """The keeper's renewal of its one lease row, and the counts: (renewed: False if its row is gone,
+        lapsed: whether the lease had lapsed, live owners, keys, keys it holds)."""
         now = self.now()
         renewed = owner in self.owners
+        lapsed = renewed and self.owners[owner] < now
         if renewed:
             self.owners[owner] = now + lease
         others = [o for o, until in self.owners.items() if until > now and o != owner]
         live = sum(1 for o in others if o not in self.detached) + 1
-        return renewed, live, len(self.keys), len(self.held_by(owner))
+        return renewed, lapsed, live, len(self.keys), len(self.held_by(owner))
 
     def claim(self, owner: str, limit: int) -> tuple[list[StoredKey], list[StoredFire]]:
         now = self.now()
-        for other in [o for o, until in self.owners.items() if until < now]:
-            del self.owners[other]  # (declared dead: its keys are anyone's)
-        free = [(k, r) for k, r in self.keys.items() if r["owner"] is None or r["owner"] not in self.owners]
+        for other in [o for o, until in self.owners.items() if until < now - 86400]:
+            del self.owners[other]  # (a day lapsed: its row goes)
+        lapsed = {o for o, until in self.owners.items() if until < now and o != owner}
+        free = [
+            (k, r)
+            for k, r in self.keys.items()
+            if r["owner"] is None or r["owner"] in lapsed or r["owner"] not in self.owners
+        ]
         free.sort(key=lambda kr: (kr[1]["next_run_at"] is None, kr[1]["next_run_at"] or 0, repr(kr[0])))
         rows = []
         for k, r in free[:limit]:
@@ -209,17 +219,24 @@ class SimDatabase:
 class _Writer:
     """The KeyedScheduler's writer thread, as callbacks on its process's loop: one call at a time, in
     order; each call's effect happens after its latency, its result reaches the caller after a second
-    one (a process paused in between sees it when it resumes)."""
+    one (a process paused in between sees it when it resumes). Batch items are taken together as the
+    thread's are (journal.next_work)."""
 
     def __init__(self, store: SimStore) -> None:
         self._store = store
-        self._queue: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+        self._queue: list[Work] = []
         self._busy = False
         self._stopped = False
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         future: Future[Any] = Future()
-        self._queue.append((future, fn, args))
+        self._queue.append(Work(future, fn, args))
+        self._pump()
+        return future
+
+    def submit_batched(self, fn: Callable[[list[Any]], list[Any]], item: Any, key: Hashable) -> Future[Any]:
+        future: Future[Any] = Future()
+        self._queue.append(Work(future, fn, (item,), key))
         self._pump()
         return future
 
@@ -230,23 +247,29 @@ class _Writer:
         if self._busy or not self._queue:
             return
         self._busy = True
-        future, fn, args = self._queue.pop(0)
+        batch = next_work(self._queue)
+        first = batch[0]
         process = self._store.process
 
         def call() -> None:
             error: BaseException | None = None
-            result: Any = None
+            results: list[Any] = []
             try:
-                result = fn(*args)
+                assert first.fn is not None
+                if first.key is None:
+                    results = [first.fn(*first.args)]
+                else:
+                    results = first.fn([work.args[0] for work in batch])
             except BaseException as exc:
                 error = exc
 
             def reply() -> None:
-                if future.set_running_or_notify_cancel():
-                    if error is not None:
-                        future.set_exception(error)
-                    else:
-                        future.set_result(result)
+                for work, result in zip(batch, results or [None] * len(batch), strict=True):
+                    if work.future.set_running_or_notify_cancel():
+                        if error is not None:
+                            work.future.set_exception(error)
+                        else:
+                            work.future.set_result(result)
                 self._busy = False
                 self._pump()
 
@@ -352,13 +375,28 @@ class SimStore:
         return existed
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
-        after = self._call(f"take a fire of key {row.key!r}")
-        attempt = self.db.start_fire(row, scheduled_for, started_at, rerun, self.owner_id, self.lease)
+        result = self.start_fires([(row, scheduled_for, started_at, rerun)])[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def start_fires(self, takes: list[tuple[StoredKey, int, int, bool]]) -> list[int | StoreError]:
+        """Fires taken in one statement (as PostgresStore's): one fault for all of them."""
+        after = self._call(f"take {len(takes)} fire(s)")
+        results: list[int | StoreError] = []
+        for row, scheduled_for, started_at, rerun in takes:
+            attempt = self.db.start_fire(row, scheduled_for, started_at, rerun, self.owner_id, self.lease)
+            if attempt < 0:
+                results.append(
+                    StoreError(f"the {self.name} could not take a fire of key {row.key!r}: it has no lease")
+                )
+            else:
+                if attempt == 0:  # (as PostgresStore's: its keeper reads what it holds, in full)
+                    self.db.rechecks.add(self.owner_id)
+                results.append(attempt)
         if after is not None:
             after()
-        if attempt < 0:
-            raise StoreError(f"the {self.name} could not take a fire of key {row.key!r}: declared dead")
-        return attempt
+        return results
 
     def finish_fire(
         self,
@@ -369,10 +407,15 @@ class SimStore:
         finished_at: int,
         error: str | None,
     ) -> None:
-        after = self._call(f"record the end of a run of key {key!r}")
-        self.db.finish(key, generation, scheduled_for, finished_at, error)
-        if row is not None:
-            self.db.write_row(row, self.owner_id)
+        self.finish_fires([(row, FinishedFire(key, generation, scheduled_for, finished_at, error))])
+
+    def finish_fires(self, ends: list[tuple[StoredKey | None, FinishedFire]]) -> None:
+        """Runs' ends recorded in one statement (as PostgresStore's): one fault for all of them."""
+        after = self._call(f"record the ends of {len(ends)} run(s)")
+        for row, fire in ends:
+            self.db.finish(fire.key, fire.generation, fire.scheduled_for, fire.finished_at, fire.error)
+            if row is not None:
+                self.db.write_row(row, self.owner_id)
         if after is not None:
             after()
 
@@ -453,9 +496,11 @@ class SimStore:
             )
             renewal(lambda counted: renewed(stamp, *counted))
 
-        def renewed(stamp: int, alive: bool, live: int, total: int, count: int) -> None:
-            if not alive:  # (declared dead by another's claim: back to life, keeping what nobody took)
-                self._rounds = 0
+        def renewed(stamp: int, alive: bool, lapsed: bool, live: int, total: int, count: int) -> None:
+            if lapsed or not alive or self.owner_id in self.db.rechecks:
+                self.db.rechecks.discard(self.owner_id)
+                self._rounds = 0  # (another may have claimed some of its keys: read them in full)
+            if not alive:  # (its row gone: made again, keeping what still names it)
                 back = self._statement(
                     "renew its lease", lambda: self.db.register(self.owner_id, self.lease), failed
                 )

@@ -61,7 +61,13 @@ class Database:
     fires of the other keys. The keeper and the listener make connections of their own (connect)."""
 
     def __init__(
-        self, dsn: str, name: str, application: str, lock_timeout: float, statement_timeout: float
+        self,
+        dsn: str,
+        name: str,
+        application: str,
+        lock_timeout: float,
+        statement_timeout: float,
+        idle_timeout: float,
     ) -> None:
         try:
             import psycopg
@@ -73,6 +79,7 @@ class Database:
         self._application = application  # (pg_stat_activity shows it)
         self.lock_timeout = lock_timeout
         self.statement_timeout = statement_timeout
+        self.idle_timeout = idle_timeout  # seconds a transaction may stay open and idle (the lease)
         self.offset = 0.0  # the database's clock minus this machine's (time.time())
         self._pid = os.getpid()
         self.closed = False
@@ -91,10 +98,22 @@ class Database:
             keepalives_interval=2,
             keepalives_count=5,
         )
-        try:  # (for the session: no statement waits for a lock, or runs, without bound)
+        try:
+            # For the session: no statement waits for a lock, or runs, without bound; and a transaction
+            # left open by a process that stopped in it (SIGSTOP, a host gone) holds its locks for at
+            # most idle_timeout seconds, or until the server's keepalives find the host gone (about
+            # 15 s): the server ends the session.
             conn.execute(
-                "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false)",
-                (f"{round(self.lock_timeout * 1000)}ms", f"{round(self.statement_timeout * 1000)}ms"),
+                "SELECT set_config('lock_timeout', %s, false), set_config('statement_timeout', %s, false), "
+                "set_config('idle_in_transaction_session_timeout', %s, false), "
+                "set_config('tcp_keepalives_idle', '5', false), "
+                "set_config('tcp_keepalives_interval', '2', false), "
+                "set_config('tcp_keepalives_count', '5', false)",
+                (
+                    f"{round(self.lock_timeout * 1000)}ms",
+                    f"{round(self.statement_timeout * 1000)}ms",
+                    f"{max(1, round(self.idle_timeout * 1000))}ms",
+                ),
             )
         except BaseException:
             conn.close()
@@ -115,7 +134,7 @@ class Database:
     def do(self, work: Callable[[Any], Any], what: str, on: Connection | None = None) -> Any:
         """Run `work(connection)` on the main connection (or `on`); again on a fresh connection if the
         first one was lost, and again after a deadlock or a serialization failure (every statement of the
-        store may be repeated: see timerwheel_take_fire). What the database raises comes out as a
+        store may be repeated: see timerwheel_take_fires). What the database raises comes out as a
         StoreError that says what could not be done (`what`) and why: a row another session holds
         locked, a statement past its timeout, a database that cannot be reached."""
         try:

@@ -14,16 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..protocols import SharedHolder
-from ..rows import StoredFire, decode_key, encode_key, fire_row, key_row
+from ..rows import StoredFire, StoreError, decode_key, encode_key, fire_row, key_row
 from .database import Database
 from .schema import CHANNEL, CLAIM_ID, COLUMNS, held_row
 
 logger = logging.getLogger("timerwheel")
 
 # Every how many rounds the keeper reads the whole list of keys the database says this process holds (in
-# between it reads their count): a key leaves a process only when another declared it dead (its renewal
-# then finds its lease row gone, and reads the list), or by a change that the listener hears of (and reads
-# again after a reconnection); the periodic read is a safety net for a notification lost all the same.
+# between it reads their count): a key leaves a process only by another's claim once its lease lapsed (its
+# renewal, or a take, then finds the lease lapsed, or a take finds the key held elsewhere, and the next
+# round reads the list), or by a change that the listener hears of (and reads again after a
+# reconnection); the periodic read is a safety net for a notification lost all the same.
 RECONCILE_EVERY = 10
 
 
@@ -42,6 +43,9 @@ class Keeper:
         self._lost_said = False
         self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
         self._rounds = 0  # rounds since the last full read of the keys held (0: the next round reads them)
+        # A take found its lease lapsed, or a key it holds held elsewhere: the next round reads the keys
+        # it holds in full (another process may have claimed some of them).
+        self.recheck = False
 
     def stop(self) -> None:
         """Stop the threads, and wait for them (but for the calling thread, if it is one of them)."""
@@ -107,7 +111,7 @@ class Keeper:
         self.db.measure_offset(conn)
         if self.detached:  # (closing: only the lease, for the runs still going, until close())
             conn.execute(
-                "UPDATE timerwheel_owners SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+                "UPDATE timerwheel_leases SET lease_until = clock_timestamp() + make_interval(secs => %s) "
                 "WHERE id = %s",
                 (self.lease, self.owner_id),
             )
@@ -115,33 +119,35 @@ class Keeper:
         # (the stamp before the count: a key this process stores after it may be missing from the count,
         # and the shed leaves it alone)
         stamp = holder.stamp()
-        # The renewal: one row, this process's lease, whatever the number of keys it holds.
-        renewed, live, total, count = conn.execute(
-            "WITH h AS (UPDATE timerwheel_owners SET lease_until = clock_timestamp() + "
-            "make_interval(secs => %s) WHERE id = %s RETURNING 1) "
-            "SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM timerwheel_owners WHERE lease_until > "
-            "clock_timestamp() AND sharing AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys), "
+        # The renewal: one row, this process's lease, whatever the number of keys it holds; and whether
+        # the lease had lapsed (another process may have claimed some of its keys meanwhile).
+        renewed, lapsed, live, total, count = conn.execute(
+            "WITH h AS (UPDATE timerwheel_leases AS l SET lease_until = clock_timestamp() + "
+            "make_interval(secs => %s) FROM (SELECT lease_until AS old FROM timerwheel_leases WHERE id = %s) "
+            "AS o WHERE l.id = %s RETURNING o.old < clock_timestamp() AS lapsed) "
+            "SELECT (SELECT count(*) FROM h), coalesce((SELECT bool_or(lapsed) FROM h), false), "
+            "(SELECT count(*) FROM timerwheel_leases WHERE lease_until > clock_timestamp() AND sharing "
+            "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys), "
             "(SELECT count(*) FROM timerwheel_keys WHERE owner = %s)",
-            (self.lease, self.owner_id, self.owner_id, self.owner_id),
+            (self.lease, self.owner_id, self.owner_id, self.owner_id, self.owner_id),
         ).fetchone()
         if not renewed:
-            # Its lease lapsed and another process's claim declared it dead (deleted its row), and took
-            # what it claimed of its keys. Back to life, under the lock that claims share: no claim that
-            # overlaps the return reads the owners as they were before it. The keys nobody took still
-            # name this process: they are its own again (the full read below tells the holder which).
+            # Its row is gone: its lease lapsed a day ago (a process stopped that long), or a hand
+            # deleted it. Made again, under the lock that claims share, taken alone and without waiting
+            # (a claim that runs meanwhile must not read the leases as they were before the row is back;
+            # a claim that holds the lock long must not hold up everyone behind a waiting return): the
+            # keys that still name this process are its own again.
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_ID,))
+                if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (CLAIM_ID,)).fetchone()[0]:
+                    raise StoreError(f"the {self.db.name} cannot renew its lease while claims run: retrying")
                 conn.execute(
-                    "INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+                    "INSERT INTO timerwheel_leases (id, lease_until) VALUES (%s, clock_timestamp() + "
                     "make_interval(secs => %s)) ON CONFLICT (id) DO UPDATE SET lease_until = "
                     "EXCLUDED.lease_until",
                     (self.owner_id, self.lease),
                 )
-            logger.warning(
-                "timerwheel: the %s found its lease taken over (it lapsed, and another process declared "
-                "this one dead); it keeps the keys nobody took",
-                self.db.name,
-            )
+        if lapsed or not renewed or self.recheck:
+            self.recheck = False
             self._rounds = 0
         full = self._rounds % RECONCILE_EVERY == 0
         self._rounds += 1
@@ -162,17 +168,30 @@ class Keeper:
             with conn.transaction():
                 if self.detached:  # (its KeyedScheduler closed during this round: claim nothing)
                     return
-                # Claims share a lock that a process's return to life takes alone (see above). The
-                # owners whose lease lapsed are declared dead first: their rows go (a take of theirs in
-                # flight holds its taker's row: waited for), and their keys are anyone's to claim.
+                # Claims share a lock that making a lease row again takes alone (see above). The leases
+                # that lapsed are locked (FOR SHARE) to the end of the claim, their owners' keys then
+                # anyone's: a take of such an owner waits for the claim, and sees the keys claimed gone;
+                # an owner whose row is locked (its take in flight renewing its lease) is skipped. Rows a
+                # day lapsed go (their keys: anyone's too).
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLAIM_ID,))
-                conn.execute("DELETE FROM timerwheel_owners WHERE lease_until < clock_timestamp()")
+                conn.execute(
+                    "DELETE FROM timerwheel_leases WHERE id IN (SELECT id FROM timerwheel_leases WHERE "
+                    "lease_until < clock_timestamp() - interval '1 day' FOR UPDATE SKIP LOCKED)"
+                )
+                dead = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT id FROM timerwheel_leases WHERE lease_until < clock_timestamp() "
+                        "AND id <> %s FOR SHARE SKIP LOCKED",
+                        (self.owner_id,),
+                    ).fetchall()
+                ]
                 rows = conn.execute(
                     f"UPDATE timerwheel_keys SET owner = %s WHERE key IN (SELECT key FROM timerwheel_keys k "
-                    f"WHERE owner IS NULL OR NOT EXISTS (SELECT 1 FROM timerwheel_owners o WHERE o.id = "
-                    f"k.owner) ORDER BY next_run_at NULLS LAST LIMIT %s FOR UPDATE SKIP LOCKED) "
-                    f"RETURNING {COLUMNS}",
-                    (self.owner_id, min(share - count, 10_000)),
+                    f"WHERE owner IS NULL OR owner = ANY(%s) OR NOT EXISTS (SELECT 1 FROM timerwheel_leases "
+                    f"l WHERE l.id = k.owner) ORDER BY next_run_at NULLS LAST LIMIT %s FOR UPDATE SKIP "
+                    f"LOCKED) RETURNING {COLUMNS}",
+                    (self.owner_id, dead, min(share - count, 10_000)),
                 ).fetchall()
                 # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
                 # another program) is given back at once, exactly as it is, and the others go on.

@@ -10,15 +10,15 @@ from ..rows import StoreError, encode_key, stored_key
 
 # (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
 # again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
-# 5: one lease per process, in timerwheel_owners, instead of one per key; a fire is taken by
-# timerwheel_take_fire, which renews the taker's lease and refuses a taker declared dead)
+# 5: one lease per process, in timerwheel_leases (timerwheel_owners is gone), instead of one per key;
+# fires are taken in batches by timerwheel_take_fires, which renews the taker's lease)
 SCHEMA_VERSION = 5
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
-# The advisory lock between claims (shared) and a process's return to life (exclusive): a claim's
-# statement never reads the owners as they were before a return that commits while it runs (see
-# Keeper.one_round).
+# The advisory lock between claims (shared) and a lease row made again for a process whose row was
+# deleted (exclusive, tried without waiting): a claim's statement never reads the leases as they were
+# before such a row is made while it runs (see Keeper.one_round).
 CLAIM_ID = LOCK_ID + 2
 
 SCHEMA = [
@@ -33,7 +33,7 @@ SCHEMA = [
         last_error text,
         owner text
     )""",
-    # (version 4 and before: a lease per key; the lease is the owner's now, in timerwheel_owners)
+    # (version 4 and before: a lease per key; the lease is the owner's now, in timerwheel_leases)
     """ALTER TABLE timerwheel_keys DROP COLUMN IF EXISTS lease_until""",
     """CREATE INDEX IF NOT EXISTS timerwheel_keys_owner ON timerwheel_keys (owner)""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
@@ -49,17 +49,20 @@ SCHEMA = [
     )""",
     """CREATE INDEX IF NOT EXISTS timerwheel_fires_unfinished ON timerwheel_fires (key)
         WHERE finished_at IS NULL""",
-    # A process's lease: every key whose row names it as owner is held while this row exists; a claim
-    # deletes the row once the lease lapsed (the process is declared dead, and its keys are anyone's).
-    # `sharing` is false once its KeyedScheduler closed: it still holds the keys whose runs go on, and no
-    # longer counts among the processes the keys are shared by.
-    """CREATE TABLE IF NOT EXISTS timerwheel_owners (
+    # A process's lease: every key whose row names it as owner is its own while the lease has not lapsed;
+    # once it lapsed, a claim may take its keys (see Keeper.one_round). `sharing` is false once its
+    # KeyedScheduler closed: it still holds the keys whose runs go on, and no longer counts among the
+    # processes the keys are shared by. A row is deleted when its process closes, or a day after its
+    # lease lapsed.
+    """CREATE TABLE IF NOT EXISTS timerwheel_leases (
         id text PRIMARY KEY,
         lease_until timestamptz NOT NULL,
         started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
         sharing boolean NOT NULL DEFAULT true
     )""",
-    """ALTER TABLE timerwheel_owners ADD COLUMN IF NOT EXISTS sharing boolean NOT NULL DEFAULT true""",
+    # (version 4 and before: a heartbeat per process in timerwheel_owners, which a process of those
+    # versions still running would go on writing: gone, so that it no longer passes for alive)
+    """DROP TABLE IF EXISTS timerwheel_owners""",
     # Version 1 had a start_fire that returned a boolean: a function's result type cannot be replaced.
     """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
         double precision, text, bigint, text)""",
@@ -67,64 +70,108 @@ SCHEMA = [
     # database of this one (its calls fail, and its keys go to the others once its lease lapses).
     """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
         double precision, text, bigint, text, double precision)""",
-    # A fire taken in one round trip. The taker's lease (its row in timerwheel_owners) is renewed first:
-    # a taker without one was declared dead by another process's claim (its lease lapsed), which may
-    # have taken its keys: -1, nothing written. (The row's lock, taken by the renewal, is what a claim's
-    # DELETE of a lapsed owner waits for: a take and a declaration of its taker's death never overlap.)
-    # Then the key must be held (owner, generation) by the caller; the fire must be new, or an unfinished
-    # one of the caller's (a retry after a lost connection), or, for a rerun, any unfinished one (the
-    # interrupted fire of a process that died). It waits for the key's row at most p_lock_wait seconds:
-    # a row locked longer by another session (an operator's open transaction) raises
-    # lock_not_available, and the fire is tried again later while the other keys go on. Returns the
-    # fire's attempt (1, more for a rerun; the same take again of a rerun, its answer lost, has the same
-    # owner and started_at, and the same attempt), or 0 if it was not taken. The key's latest started
-    # fire does not go back for a rerun of an older one.
-    """CREATE OR REPLACE FUNCTION timerwheel_take_fire(
-        p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
-        p_rerun boolean, p_lease double precision, p_state text, p_next_run_at bigint,
-        p_last_error text, p_lock_wait double precision) RETURNS integer LANGUAGE plpgsql AS $$
+    # Fires taken in one round trip, each as if alone. The taker's lease (its row in timerwheel_leases) is
+    # renewed first, its row locked to the end of the transaction: a claim skips the keys of a lapsed
+    # owner whose row is locked, and a take waits for a claim that holds its taker's row (a claim locks
+    # the rows of the lapsed owners whose keys it takes): a take and a claim of its taker's keys never
+    # overlap. A taker without a row (it closed, or its lease lapsed a day ago) takes nothing: -1 for
+    # every fire. Then each fire, in the order given (the caller sorts them by key, the order every
+    # statement that locks several keys' rows takes them): the key must be held (owner, generation) by
+    # the caller; the fire must be new, or an unfinished one of the caller's (a retry after a lost
+    # connection), or, for a rerun, any unfinished one (the interrupted fire of a process that died). It
+    # waits for the key's row at most p_lock_wait seconds: a row locked longer by another session (an
+    # operator's open transaction) gives -2 for that fire alone (a row not free at once is waited for in
+    # a subtransaction of its own), and the others go on. Each fire's result: its attempt (1, more for a
+    # rerun; the same take again of a rerun, its answer lost, has the same owner and started_at, and the
+    # same attempt), 0 if it was not taken, -2 if its row was locked; one more element at the end: 1 if
+    # the taker's lease had lapsed before this renewal (its keeper then reads what it holds), else 0. The
+    # key's latest started fire does not go back for a rerun of an older one.
+    """CREATE OR REPLACE FUNCTION timerwheel_take_fires(
+        p_keys text[], p_generations bigint[], p_scheduled_for bigint[], p_started_at bigint[],
+        p_owner text, p_reruns boolean[], p_lease double precision, p_states text[],
+        p_next_run_at bigint[], p_last_errors text[], p_lock_wait double precision)
+        RETURNS integer[] LANGUAGE plpgsql AS $$
     DECLARE
         v_attempts integer;
+        v_found boolean;
+        v_until timestamptz;
+        v_result integer[] := '{}';
     BEGIN
         PERFORM set_config('lock_timeout', (ceil(p_lock_wait * 1000))::bigint || 'ms', true);
-        UPDATE timerwheel_owners SET lease_until = GREATEST(lease_until,
+        SELECT lease_until INTO v_until FROM timerwheel_leases WHERE id = p_owner FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RETURN array_fill(-1, ARRAY[coalesce(array_length(p_keys, 1), 0)]) || 0;
+        END IF;
+        UPDATE timerwheel_leases SET lease_until = GREATEST(lease_until,
             clock_timestamp() + make_interval(secs => p_lease)) WHERE id = p_owner;
-        IF NOT FOUND THEN
-            RETURN -1;
-        END IF;
-        PERFORM 1 FROM timerwheel_keys
-            WHERE key = p_key AND generation = p_generation AND owner = p_owner FOR UPDATE;
-        IF NOT FOUND THEN
-            RETURN 0;
-        END IF;
-        -- A new fire at or before a later one of its generation in the log is a stale one (a process
-        -- that held the key before, and holds it again, asking for a fire its plan had before it lost
-        -- the key): the later one started, so this one ran, or was decided about, already.
-        IF NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
-                AND scheduled_for = p_scheduled_for)
-            AND EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
-                AND scheduled_for > p_scheduled_for) THEN
-            RETURN 0;
-        END IF;
-        INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
-            VALUES (p_key, p_generation, p_scheduled_for, p_started_at, p_owner)
-            ON CONFLICT (key, generation, scheduled_for) DO UPDATE
-            SET attempts = f.attempts + (CASE WHEN p_rerun AND NOT (f.owner = EXCLUDED.owner
-                    AND f.started_at = EXCLUDED.started_at) THEN 1 ELSE 0 END),
-                started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
-            WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner)
-            RETURNING attempts INTO v_attempts;
-        IF NOT FOUND THEN
-            RETURN 0;
-        END IF;
-        DELETE FROM timerwheel_fires
-            WHERE key = p_key AND finished_at IS NOT NULL AND scheduled_for < p_scheduled_for;
-        UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
-            last_scheduled_for = CASE WHEN p_rerun THEN GREATEST(last_scheduled_for, p_scheduled_for)
-                ELSE p_scheduled_for END,
-            last_error = p_last_error
-            WHERE key = p_key;
-        RETURN v_attempts;
+        FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+            v_attempts := 0;
+            PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
+                AND owner = p_owner FOR UPDATE SKIP LOCKED;
+            v_found := FOUND;
+            IF NOT v_found THEN  -- (not its own, or locked by another session: waited for, alone)
+                BEGIN
+                    PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
+                        AND owner = p_owner FOR UPDATE;
+                    v_found := FOUND;
+                EXCEPTION WHEN lock_not_available THEN
+                    v_attempts := -2;
+                END;
+            END IF;
+            -- A new fire at or before a later one of its generation in the log is a stale one (a process
+            -- that held the key before, and holds it again, asking for a fire its plan had before it lost
+            -- the key): the later one started, so this one ran, or was decided about.
+            IF v_found AND (EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_keys[i]
+                    AND generation = p_generations[i] AND scheduled_for = p_scheduled_for[i])
+                OR NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_keys[i]
+                    AND generation = p_generations[i] AND scheduled_for > p_scheduled_for[i])) THEN
+                INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
+                    VALUES (p_keys[i], p_generations[i], p_scheduled_for[i], p_started_at[i], p_owner)
+                    ON CONFLICT (key, generation, scheduled_for) DO UPDATE
+                    SET attempts = f.attempts + (CASE WHEN p_reruns[i] AND NOT (f.owner = EXCLUDED.owner
+                            AND f.started_at = EXCLUDED.started_at) THEN 1 ELSE 0 END),
+                        started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
+                    WHERE f.finished_at IS NULL AND (p_reruns[i] OR f.owner = EXCLUDED.owner)
+                    RETURNING attempts INTO v_attempts;
+                IF FOUND THEN
+                    DELETE FROM timerwheel_fires WHERE key = p_keys[i] AND finished_at IS NOT NULL
+                        AND scheduled_for < p_scheduled_for[i];
+                    UPDATE timerwheel_keys SET state = p_states[i], next_run_at = p_next_run_at[i],
+                        last_scheduled_for = CASE WHEN p_reruns[i]
+                            THEN GREATEST(last_scheduled_for, p_scheduled_for[i])
+                            ELSE p_scheduled_for[i] END,
+                        last_error = p_last_errors[i]
+                        WHERE key = p_keys[i];
+                ELSE
+                    v_attempts := 0;
+                END IF;
+            END IF;
+            v_result := v_result || v_attempts;
+        END LOOP;
+        RETURN v_result || (CASE WHEN v_until < clock_timestamp() THEN 1 ELSE 0 END);
+    END $$""",
+    # Runs' ends recorded in one round trip: each fire marked finished (with its error), and each key's
+    # row written (its state after the run) if the caller still holds it at that generation and no other
+    # session holds the row locked just now (SKIP LOCKED: never waited for; the row is left as it is,
+    # and the fire log says the run ended, which is what a later owner's start reads; the key's next
+    # take writes the row anyway). The caller gives at most one row per key, in key order.
+    """CREATE OR REPLACE FUNCTION timerwheel_finish_fires(
+        p_keys text[], p_generations bigint[], p_scheduled_for bigint[], p_finished_at bigint[],
+        p_errors text[], p_owner text, p_row_keys text[], p_row_generations bigint[], p_states text[],
+        p_next_run_at bigint[], p_last_scheduled_for bigint[], p_last_errors text[])
+        RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
+            UPDATE timerwheel_fires SET finished_at = p_finished_at[i], error = p_errors[i]
+                WHERE key = p_keys[i] AND generation = p_generations[i]
+                AND scheduled_for = p_scheduled_for[i];
+        END LOOP;
+        FOR i IN 1 .. coalesce(array_length(p_row_keys, 1), 0) LOOP
+            UPDATE timerwheel_keys SET state = p_states[i], next_run_at = p_next_run_at[i],
+                last_scheduled_for = p_last_scheduled_for[i], last_error = p_last_errors[i]
+                WHERE key = (SELECT key FROM timerwheel_keys WHERE key = p_row_keys[i]
+                    AND generation = p_row_generations[i] AND owner = p_owner FOR UPDATE SKIP LOCKED);
+        END LOOP;
     END $$""",
     # (version 2 before its release had a timerwheel_finish_fire: a run's end is one statement now)
     """DROP FUNCTION IF EXISTS timerwheel_finish_fire(text, bigint, bigint, bigint, text, text, boolean,

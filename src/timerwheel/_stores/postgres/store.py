@@ -87,7 +87,12 @@ class PostgresStore:
         token = uuid.uuid4().hex[:12]
         self.owner_id = f"{socket.gethostname()}:{os.getpid()}:{token}"
         self._db = Database(
-            dsn, self.name, f"timerwheel {os.getpid()} {token}", self.lock_timeout, self.statement_timeout
+            dsn,
+            self.name,
+            f"timerwheel {os.getpid()} {token}",
+            self.lock_timeout,
+            self.statement_timeout,
+            lease,
         )
         self._keeper = Keeper(self._db, self.owner_id, lease)
         self._pid = os.getpid()
@@ -99,7 +104,7 @@ class PostgresStore:
                 # Its lease (the owner row that every key it holds names): what it upserts before its
                 # KeyedScheduler starts is held for a lease from now; the keeper renews it from then on.
                 db.main.get().execute(
-                    "INSERT INTO timerwheel_owners (id, lease_until) VALUES (%s, clock_timestamp() + "
+                    "INSERT INTO timerwheel_leases (id, lease_until) VALUES (%s, clock_timestamp() + "
                     "make_interval(secs => %s))",
                     (self.owner_id, lease),
                 )
@@ -256,37 +261,64 @@ class PostgresStore:
         """Take the fire (key, generation, scheduled_for), write the key's row and renew this process's
         lease, in one transaction, if this process holds the key at that generation: the fire's attempt
         (1, more for a rerun); 0 (nothing written) otherwise, or if the fire was taken already.
-        StoreError, at once, if another session holds the key's row locked, or if another process
-        declared this one dead (its lease lapsed) and its keeper has not brought it back yet."""
-        k = key_text(row.key)
-        attempt = int(
-            self._db.do(
-                lambda conn: conn.execute(
-                    "SELECT timerwheel_take_fire(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    (
-                        k,
-                        row.generation,
-                        scheduled_for,
-                        started_at,
-                        self.owner_id,
-                        rerun,
-                        self.lease,
-                        row.state,
-                        row.next_run_at,
-                        row.last_error,
-                        self._row_wait,
-                    ),
-                ).fetchone()[0],
-                f"take a fire of key {row.key!r}",
-            )
+        StoreError, at once, if another session holds the key's row locked, or if this process has no
+        lease (its store closed, or its lease lapsed a day ago and its keeper has not renewed it yet)."""
+        result = self.start_fires([(row, scheduled_for, started_at, rerun)])[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def start_fires(self, takes: list[tuple[StoredKey, int, int, bool]]) -> list[int | StoreError]:
+        """start_fire() for many fires in one round trip and one transaction (the KeyedScheduler's writer
+        hands over every take queued behind the first): for each, in the order given, its attempt, 0, or
+        the StoreError start_fire() would raise (its key's row locked by another session: that fire
+        alone; this process without a lease: every fire). A StoreError raised instead (the database
+        unreachable) is every fire's."""
+        if not takes:
+            return []
+        # (rows locked in key order, as every statement that locks several keys' rows locks them)
+        order = sorted(range(len(takes)), key=lambda i: key_text(takes[i][0].key))
+        rows = [takes[i] for i in order]
+        columns = (
+            [key_text(row.key) for row, *_ in rows],
+            [row.generation for row, *_ in rows],
+            [scheduled_for for _, scheduled_for, _, _ in rows],
+            [started_at for _, _, started_at, _ in rows],
+            self.owner_id,
+            [rerun for *_, rerun in rows],
+            self.lease,
+            [row.state for row, *_ in rows],
+            [row.next_run_at for row, *_ in rows],
+            [row.last_error for row, *_ in rows],
+            self._row_wait,
         )
-        if attempt < 0:
-            raise StoreError(
-                f"the {self.name} could not take a fire of key {row.key!r}: this process was declared dead "
-                "(its lease lapsed, and another process's claim took over); tried again once its keeper "
-                "renews it"
-            )
-        return attempt
+        what = f"take a fire of key {rows[0][0].key!r}" if len(rows) == 1 else f"take {len(rows)} fires"
+        got = self._db.do(
+            lambda conn: conn.execute(
+                "SELECT timerwheel_take_fires(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s, "
+                "%s::boolean[], %s, %s::text[], %s::bigint[], %s::text[], %s)",
+                columns,
+            ).fetchone()[0],
+            what,
+        )
+        if got[-1] or 0 in got[:-1]:  # (its lease had lapsed, or a fire was refused: another process
+            self._keeper.recheck = True  # may have claimed some of its keys; its keeper reads them)
+        results: list[int | StoreError] = [0] * len(takes)
+        for i, attempt in zip(order, got[:-1], strict=True):
+            key = takes[i][0].key
+            if attempt == -1:
+                results[i] = StoreError(
+                    f"the {self.name} could not take a fire of key {key!r}: this process has no lease (it "
+                    "lapsed a day ago, or the store is closed); tried again once its keeper renews it"
+                )
+            elif attempt == -2:
+                results[i] = StoreError(
+                    f"the {self.name} could not take a fire of key {key!r}: a row it needs is locked by "
+                    f"another session (waited {self._row_wait} s)"
+                )
+            else:
+                results[i] = int(attempt)
+        return results
 
     def finish_fire(
         self,
@@ -301,24 +333,43 @@ class PostgresStore:
         that generation and no other session holds the row locked just now (SKIP LOCKED: never waited
         for; the row is left as it is, and the fire log says the run ended, which is what a later owner's
         start reads; the key's next take writes the row anyway)."""
-        k = key_text(key)
-        fire = (
-            "UPDATE timerwheel_fires SET finished_at = %s, error = %s "
-            "WHERE key = %s AND generation = %s AND scheduled_for = %s"
+        self.finish_fires([(row, FinishedFire(key, generation, scheduled_for, finished_at, error))])
+
+    def finish_fires(self, ends: list[tuple[StoredKey | None, FinishedFire]]) -> None:
+        """finish_fire() for many runs' ends in one statement (the KeyedScheduler's writer hands over every
+        end queued behind the first). Of two rows of one key, the later one is written."""
+        if not ends:
+            return
+        fires = [fire for _, fire in ends]
+        latest = {key_text(row.key): row for row, _ in ends if row is not None}
+        rows = [latest[k] for k in sorted(latest)]
+        what = (
+            f"record the end of a run of key {fires[0].key!r}"
+            if len(fires) == 1
+            else f"record the ends of {len(fires)} runs"
         )
-        args: tuple[Any, ...] = (finished_at, error, k, generation, scheduled_for)
-        if row is None:
-            statement = fire
-        else:
-            statement = (
-                f"WITH f AS ({fire}), h AS (SELECT key FROM timerwheel_keys WHERE key = %s "
-                "AND generation = %s AND owner = %s FOR UPDATE SKIP LOCKED) UPDATE timerwheel_keys AS t "
-                "SET state = %s, next_run_at = %s, last_scheduled_for = %s, last_error = %s "
-                "FROM h WHERE t.key = h.key"
-            )
-            args += (k, generation, self.owner_id, row.state, row.next_run_at, row.last_scheduled_for)
-            args += (row.last_error,)
-        self._db.do(lambda conn: conn.execute(statement, args), f"record the end of a run of key {key!r}")
+        self._db.do(
+            lambda conn: conn.execute(
+                "SELECT timerwheel_finish_fires(%s::text[], %s::bigint[], %s::bigint[], %s::bigint[], "
+                "%s::text[], %s, %s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], "
+                "%s::text[])",
+                (
+                    [encode_key(f.key) for f in fires],
+                    [f.generation for f in fires],
+                    [f.scheduled_for for f in fires],
+                    [f.finished_at for f in fires],
+                    [f.error for f in fires],
+                    self.owner_id,
+                    [key_text(row.key) for row in rows],
+                    [row.generation for row in rows],
+                    [row.state for row in rows],
+                    [row.next_run_at for row in rows],
+                    [row.last_scheduled_for for row in rows],
+                    [row.last_error for row in rows],
+                ),
+            ),
+            what,
+        )
 
     def release(self, keys: Mapping[Hashable, int]) -> None:
         """Give keys back (held by this process no more), each at the generation given (a key that a
@@ -347,7 +398,7 @@ class PostgresStore:
         def give_back(conn: Any) -> None:
             with conn.transaction():
                 # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
-                conn.execute("UPDATE timerwheel_owners SET sharing = false WHERE id = %s", (self.owner_id,))
+                conn.execute("UPDATE timerwheel_leases SET sharing = false WHERE id = %s", (self.owner_id,))
                 conn.execute(
                     "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
                     "WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
@@ -370,7 +421,7 @@ class PostgresStore:
         def give_back(conn: Any) -> None:
             with conn.transaction():
                 # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
-                conn.execute("DELETE FROM timerwheel_owners WHERE id = %s", (self.owner_id,))
+                conn.execute("DELETE FROM timerwheel_leases WHERE id = %s", (self.owner_id,))
                 conn.execute(
                     "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
                     "WHERE owner = %s ORDER BY key FOR UPDATE) AND owner = %s",
