@@ -19,40 +19,15 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import psycopg
 from tests import _pg
+from tests.test_store_contract import Holder
 
 from timerwheel import PostgresStore
 from timerwheel._stores import StoredKey
-
-
-class Holder:
-    """The KeyedScheduler's side of the sharing protocol, doing nothing (the store's cost alone)."""
-
-    def stamp(self) -> int:
-        return 0
-
-    def adopt(self, rows: Any, fires: Any, stamp: int) -> None:
-        pass
-
-    def reconcile(self, held: Any, stamp: int) -> None:
-        pass
-
-    def shed(self, count: int, stamp: int) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def changed(self, changes: Any, stamp: int, removed: Any) -> None:
-        pass
-
-    def lost(self) -> None:
-        pass
 
 
 def measure(server: _pg.Server, keys: int, rounds: int) -> dict[str, float]:

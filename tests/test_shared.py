@@ -39,6 +39,7 @@ from timerwheel.testing import ManualClock
 
 from . import _pg
 from ._shared_child import Journal, seed, spawn, wait_started
+from .test_store_contract import Holder
 
 pytestmark = pytest.mark.skipif(
     _pg.bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
@@ -268,7 +269,7 @@ def test_a_version_4_schema_is_migrated_and_its_processes_keys_go_to_the_new_one
     ):
         with pytest.raises(psycopg.errors.UndefinedTable if "owners" in statement else psycopg.Error):
             sql(dsn, statement)
-    holder = _Holder()
+    holder = Holder()
     keeper_round(new, holder)
     assert [r.key for r in holder.adopted] == ["k"] and new.held() == 1
     assert new.start_fire(row._replace(state="running"), 1_000, 1, False) == 1
@@ -300,36 +301,6 @@ def test_store_errors_say_what_failed_and_why(dsn: str) -> None:
     store.close()
 
 
-class _Holder:
-    """A KeyedScheduler's side of the sharing protocol, recording what a keeper round tells it."""
-
-    def __init__(self) -> None:
-        self.adopted: list[Any] = []
-        self.reconciled: list[dict[Any, int]] = []
-        self.lost_said = False
-
-    def stamp(self) -> int:
-        return 0
-
-    def adopt(self, rows: list[Any], fires: list[Any], stamp: int) -> None:
-        self.adopted += rows
-
-    def reconcile(self, held: dict[Any, int], stamp: int) -> None:
-        self.reconciled.append(held)
-
-    def shed(self, count: int, stamp: int) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def changed(self, changes: Any, stamp: int, removed: Any) -> None:
-        pass
-
-    def lost(self) -> None:
-        self.lost_said = True
-
-
 LAPSE = "UPDATE timerwheel_leases SET lease_until = now() - interval '1 second' WHERE id = %s"
 
 
@@ -350,12 +321,12 @@ def test_renewing_a_lease_writes_one_row_whatever_the_number_of_keys(dsn: str) -
 
     store = PostgresStore(dsn, lease=30.0)
     store.replace([StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(2_000)], None)
-    keeper_round(store, _Holder())  # (the first round reads what it holds in full)
+    keeper_round(store, Holder())  # (the first round reads what it holds in full)
     versions = "SELECT key, xmin::text FROM timerwheel_keys ORDER BY key"
     owner = "SELECT lease_until FROM timerwheel_leases WHERE id = %s"
     keys_before, lease_before = sql(dsn, versions), sql(dsn, owner, store.owner_id)
     for _ in range(3):
-        keeper_round(store, _Holder())
+        keeper_round(store, Holder())
     assert sql(dsn, versions) == keys_before  # no key's row was written
     assert sql(dsn, owner, store.owner_id) > lease_before  # the one lease row was
     assert store.held() == 2_000
@@ -372,10 +343,10 @@ def test_a_process_whose_lease_lapsed_keeps_the_keys_nobody_claimed_meanwhile(ds
     a, b = PostgresStore(dsn, lease=30.0), PostgresStore(dsn, lease=30.0)
     rows = [StoredKey(i, "null", 1, "pending", 1_000 + i, None, None) for i in range(4)]
     a.replace(rows, None)
-    holder = _Holder()
+    holder = Holder()
     keeper_round(a, holder)  # (its first round reads in full; the next ones count)
     sql(dsn, LAPSE, a.owner_id)
-    keeper_round(b, _Holder())  # live: b alone; its share: all 4
+    keeper_round(b, Holder())  # live: b alone; its share: all 4
     assert b.held() == 4
     sql(dsn, "UPDATE timerwheel_keys SET owner = %s WHERE key IN ('2', '3')", a.owner_id)  # (unclaimed)
     running = rows[2]._replace(state="running")
@@ -399,10 +370,10 @@ def test_a_take_in_flight_keeps_its_taker_s_keys_from_a_claim(dsn: str) -> None:
     sql(dsn, LAPSE, a.owner_id)
     with psycopg.connect(dsn) as take:  # (a take's first step, held open: the lease row locked)
         take.execute("SELECT 1 FROM timerwheel_leases WHERE id = %s FOR NO KEY UPDATE", (a.owner_id,))
-        keeper_round(b, _Holder())
+        keeper_round(b, Holder())
         assert a.held() == 1 and b.held() == 0
         take.rollback()
-    keeper_round(b, _Holder())  # (the row free, the lease still lapsed: now b claims the key)
+    keeper_round(b, Holder())  # (the row free, the lease still lapsed: now b claims the key)
     assert a.held() == 0 and b.held() == 1
     a.close()
     b.close()
@@ -420,7 +391,7 @@ def test_a_claim_stopped_in_its_transaction_holds_up_no_other_claim(dsn: str) ->
     with psycopg.connect(dsn) as stopped:  # (another claim, stopped after reading the lapsed leases)
         stopped.execute("SELECT pg_advisory_xact_lock_shared(%s)", (CLAIM_ID,))
         stopped.execute("SELECT id FROM timerwheel_leases WHERE lease_until < clock_timestamp() FOR SHARE")
-        keeper_round(b, _Holder())
+        keeper_round(b, Holder())
         assert b.held() == 3
         stopped.rollback()
     b.close()

@@ -20,6 +20,11 @@ class KeyStore(Protocol):
     returns, or raises and changes nothing. `durable`: what it holds survives the process; `shared`: many
     processes use it at once (it then claims keys for its process and calls a SharedHolder); `name`: how
     messages name it. A store is correct when it passes the store contract (tests/test_store_contract.py).
+
+    A shared store may also offer `start_fires(takes)` (a list of start_fire()'s arguments; returns, in
+    order, each one's result or the StoreError it would raise) and `finish_fires(ends)` (a list of
+    (row, FinishedFire)): the KeyedScheduler's writer then takes, and records the ends of, the fires
+    queued together in one call each (PostgresStore does, in one round trip).
     """
 
     durable: bool

@@ -393,22 +393,7 @@ class PostgresStore:
         are still going (its lease is renewed until close()), and count no more among the processes that
         share the keys."""
         self._keeper.detached = True
-        keep = [key_text(k) for k in running]
-
-        def give_back(conn: Any) -> None:
-            with conn.transaction():
-                # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
-                conn.execute("UPDATE timerwheel_leases SET sharing = false WHERE id = %s", (self.owner_id,))
-                conn.execute(
-                    "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
-                    "WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE)",
-                    (self.owner_id, keep),
-                )
-
-        try:
-            self._db.do(give_back, "give its keys back")
-        except Exception as exc:  # unreachable: the leases lapse by themselves
-            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
+        self._give_back("UPDATE timerwheel_leases SET sharing = false WHERE id = %s", running)
 
     def close(self) -> None:
         """Stop the store's threads, give back every key this process holds (the others take them over at
@@ -417,26 +402,32 @@ class PostgresStore:
         if self._db.closed or self._pid != os.getpid():
             return
         self._keeper.stop()
-
-        def give_back(conn: Any) -> None:
-            with conn.transaction():
-                # (its lease row first, then its keys' rows in key order, as a take and a claim lock them)
-                conn.execute("DELETE FROM timerwheel_leases WHERE id = %s", (self.owner_id,))
-                conn.execute(
-                    "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
-                    "WHERE owner = %s ORDER BY key FOR UPDATE) AND owner = %s",
-                    (self.owner_id, self.owner_id),
-                )
-
-        try:
-            self._db.do(give_back, "give its keys back")
-        except Exception as exc:  # unreachable: the leases lapse by themselves
-            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
+        self._give_back("DELETE FROM timerwheel_leases WHERE id = %s", [])
         for connection in (self._db.main, self._db.changes):
             with connection.lock:
                 self._db.closed = True
                 connection.drop()
         self._keeper.holder = None
+
+    def _give_back(self, lease: str, running: list[Hashable]) -> None:
+        """At close: `lease` (a statement on this process's lease row), then every key held but those in
+        `running` given back, in one transaction (the lease row first, then the keys' rows in key order,
+        as a take and a claim lock them). A failure is logged: the lease lapses by itself."""
+        keep = [key_text(k) for k in running]
+
+        def give_back(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute(lease, (self.owner_id,))
+                conn.execute(
+                    "UPDATE timerwheel_keys SET owner = NULL WHERE key IN (SELECT key FROM timerwheel_keys "
+                    "WHERE owner = %s AND NOT (key = ANY(%s)) ORDER BY key FOR UPDATE) AND owner = %s",
+                    (self.owner_id, keep, self.owner_id),
+                )
+
+        try:
+            self._db.do(give_back, "give its keys back")
+        except Exception as exc:  # unreachable: the lease lapses by itself
+            logger.warning("timerwheel: the %s could not give its keys back at close (%r)", self.name, exc)
 
     def attach(self, holder: SharedHolder) -> None:
         """Start sharing (KeyedScheduler.start() calls it): the keeper thread claims and renews keys for
