@@ -451,6 +451,41 @@ def test_fires_taken_together_are_each_taken_as_alone_and_a_locked_row_holds_up_
     other.close()
 
 
+def test_a_batch_waits_for_locked_rows_a_row_wait_in_all_and_takes_the_free_ones(dsn: str) -> None:
+    """Keys' rows locked by another session are waited for after the free ones are taken, 0.1 s at most
+    for them all: a batch with many locked rows still takes its free fires, and holds its lease row (which
+    the keeper renews) that long only. (It waited 0.1 s for each locked row, inside the batch: 30 of
+    them outlasted a 2 s statement timeout, and the free fire failed with them.)"""
+    from timerwheel._stores import StoredKey
+
+    store = PostgresStore(dsn, lease=30.0, statement_timeout=2.0)
+    rows = [StoredKey(f"k{i:02}", "null", 1, "running", 1_000, None, None) for i in range(31)]
+    store.replace([row._replace(state="pending") for row in rows], None)
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SELECT 1 FROM timerwheel_keys WHERE key <> %s FOR UPDATE", ('"k30"',))
+        got = store.start_fires([(row, 1_000, 1, False) for row in rows])
+    assert got[30] == 1
+    assert all(isinstance(r, StoreError) and "locked" in str(r) for r in got[:30])
+    store.close()
+
+
+@pytest.mark.realtime  # a lock held 0.3 s by a thread, against a lock timeout of 1 s
+def test_a_take_waits_for_its_lease_row_as_long_as_any_statement_waits_for_a_lock(dsn: str) -> None:
+    """The lease row is held briefly by the keeper's renewal (and by a claim): a take waits for it up to
+    the store's lock_timeout, not the 0.1 s it gives keys' rows (a renewal that counted the keys under
+    the row's lock made takes fail)."""
+    from timerwheel._stores import StoredKey
+
+    store = PostgresStore(dsn, lease=30.0, lock_timeout=1.0)
+    row = StoredKey("k", "null", 1, "running", 1_000, None, None)
+    store.put(row._replace(state="pending"))
+    with psycopg.connect(dsn) as renewal:
+        renewal.execute("SELECT 1 FROM timerwheel_leases WHERE id = %s FOR NO KEY UPDATE", (store.owner_id,))
+        threading.Timer(0.3, renewal.commit).start()
+        assert store.start_fire(row, 1_000, 1, False) == 1
+    store.close()
+
+
 def test_ends_recorded_together_write_the_later_row_of_a_key(dsn: str) -> None:
     """finish_fires() records many runs' ends in one statement: every fire is marked finished, and of
     two ends of one key (two short runs, their ends queued together) the later row is written."""

@@ -120,16 +120,20 @@ class Keeper:
         # and the shed leaves it alone)
         stamp = holder.stamp()
         # The renewal: one row, this process's lease, whatever the number of keys it holds; and whether
-        # the lease had lapsed (another process may have claimed some of its keys meanwhile).
-        renewed, lapsed, live, total, count = conn.execute(
-            "WITH h AS (UPDATE timerwheel_leases AS l SET lease_until = clock_timestamp() + "
-            "make_interval(secs => %s) FROM (SELECT lease_until AS old FROM timerwheel_leases WHERE id = %s) "
-            "AS o WHERE l.id = %s RETURNING o.old < clock_timestamp() AS lapsed) "
-            "SELECT (SELECT count(*) FROM h), coalesce((SELECT bool_or(lapsed) FROM h), false), "
-            "(SELECT count(*) FROM timerwheel_leases WHERE lease_until > clock_timestamp() AND sharing "
-            "AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys), "
+        # the lease had lapsed (another process may have claimed some of its keys meanwhile). A statement
+        # of its own: the row is not held while the keys are counted (a take waits for it).
+        renewal = conn.execute(
+            "UPDATE timerwheel_leases AS l SET lease_until = clock_timestamp() + make_interval(secs => %s) "
+            "FROM (SELECT lease_until AS old FROM timerwheel_leases WHERE id = %s) AS o WHERE l.id = %s "
+            "RETURNING o.old < clock_timestamp()",
+            (self.lease, self.owner_id, self.owner_id),
+        ).fetchone()
+        renewed, lapsed = renewal is not None, bool(renewal and renewal[0])
+        live, total, count = conn.execute(
+            "SELECT (SELECT count(*) FROM timerwheel_leases WHERE lease_until > clock_timestamp() "
+            "AND sharing AND id <> %s) + 1, (SELECT count(*) FROM timerwheel_keys), "
             "(SELECT count(*) FROM timerwheel_keys WHERE owner = %s)",
-            (self.lease, self.owner_id, self.owner_id, self.owner_id, self.owner_id),
+            (self.owner_id, self.owner_id),
         ).fetchone()
         if not renewed:
             # Its row is gone: its lease lapsed a day ago (a process stopped that long), or a hand

@@ -70,83 +70,111 @@ SCHEMA = [
     # database of this one (its calls fail, and its keys go to the others once its lease lapses).
     """DROP FUNCTION IF EXISTS timerwheel_start_fire(text, bigint, bigint, bigint, text, boolean,
         double precision, text, bigint, text, double precision)""",
-    # Fires taken in one round trip, each as if alone. The taker's lease (its row in timerwheel_leases) is
-    # renewed first, its row locked to the end of the transaction: a claim skips the keys of a lapsed
-    # owner whose row is locked, and a take waits for a claim that holds its taker's row (a claim locks
-    # the rows of the lapsed owners whose keys it takes): a take and a claim of its taker's keys never
-    # overlap. A taker without a row (it closed, or its lease lapsed a day ago) takes nothing: -1 for
-    # every fire. Then each fire, in the order given (the caller sorts them by key, the order every
-    # statement that locks several keys' rows takes them): the key must be held (owner, generation) by
-    # the caller; the fire must be new, or an unfinished one of the caller's (a retry after a lost
-    # connection), or, for a rerun, any unfinished one (the interrupted fire of a process that died). It
-    # waits for the key's row at most p_lock_wait seconds: a row locked longer by another session (an
-    # operator's open transaction) gives -2 for that fire alone (a row not free at once is waited for in
-    # a subtransaction of its own), and the others go on. Each fire's result: its attempt (1, more for a
-    # rerun; the same take again of a rerun, its answer lost, has the same owner and started_at, and the
-    # same attempt), 0 if it was not taken, -2 if its row was locked; one more element at the end: 1 if
-    # the taker's lease had lapsed before this renewal (its keeper then reads what it holds), else 0. The
+    # A fire taken, its key's row locked by the caller (timerwheel_take_fires): the key must be held
+    # (owner, generation) by the caller (the caller's lock found it so); the fire must be new, or an
+    # unfinished one of the caller's (a retry after a lost connection), or, for a rerun, any unfinished
+    # one (the interrupted fire of a process that died). Returns its attempt (1, more for a rerun; the
+    # same take again of a rerun, its answer lost, has the same owner and started_at, and the same
+    # attempt), or 0 if it was not taken. A new fire at or before a later one of its generation in the
+    # log is a stale one (a process that held the key before, and holds it again, asking for a fire its
+    # plan had before it lost the key): the later one started, so this one ran, or was decided about. The
     # key's latest started fire does not go back for a rerun of an older one.
+    """CREATE OR REPLACE FUNCTION timerwheel_take_locked(
+        p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
+        p_rerun boolean, p_state text, p_next_run_at bigint, p_last_error text)
+        RETURNS integer LANGUAGE plpgsql AS $$
+    DECLARE
+        v_attempts integer;
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
+                AND scheduled_for = p_scheduled_for)
+            AND EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
+                AND scheduled_for > p_scheduled_for) THEN
+            RETURN 0;
+        END IF;
+        INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
+            VALUES (p_key, p_generation, p_scheduled_for, p_started_at, p_owner)
+            ON CONFLICT (key, generation, scheduled_for) DO UPDATE
+            SET attempts = f.attempts + (CASE WHEN p_rerun AND NOT (f.owner = EXCLUDED.owner
+                    AND f.started_at = EXCLUDED.started_at) THEN 1 ELSE 0 END),
+                started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
+            WHERE f.finished_at IS NULL AND (p_rerun OR f.owner = EXCLUDED.owner)
+            RETURNING attempts INTO v_attempts;
+        IF NOT FOUND THEN
+            RETURN 0;
+        END IF;
+        DELETE FROM timerwheel_fires
+            WHERE key = p_key AND finished_at IS NOT NULL AND scheduled_for < p_scheduled_for;
+        UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
+            last_scheduled_for = CASE WHEN p_rerun THEN GREATEST(last_scheduled_for, p_scheduled_for)
+                ELSE p_scheduled_for END,
+            last_error = p_last_error
+            WHERE key = p_key;
+        RETURN v_attempts;
+    END $$""",
+    # Fires taken in one round trip, each as if alone (timerwheel_take_locked), in the order given (the
+    # caller sorts them by key, the order every statement that locks several keys' rows takes them).
+    # The taker's lease (its row in timerwheel_leases) is renewed first, its row locked to the end of
+    # the transaction: a claim skips the keys of a lapsed owner whose row is locked, and a take waits for
+    # a claim that holds its taker's row (a claim locks the rows of the lapsed owners whose keys it
+    # takes): a take and a claim of its taker's keys never overlap. A taker without a row (it closed, or
+    # its lease lapsed a day ago) takes nothing: -1 for every fire. The fires whose key's row is free
+    # are taken at once; those whose row another session holds locked just now (an upsert elsewhere, an
+    # operator's open transaction) are waited for afterwards, p_lock_wait seconds at most for them all
+    # (so that the lease row is never held long): one still locked then gives -2, for that fire alone.
+    # Each fire's result: its attempt, 0 if it was not taken (or its key is not the caller's at that
+    # generation), -2 if its row was locked; one more element at the end: 1 if the taker's lease had
+    # lapsed before this renewal (its keeper then reads what it holds), else 0.
     """CREATE OR REPLACE FUNCTION timerwheel_take_fires(
         p_keys text[], p_generations bigint[], p_scheduled_for bigint[], p_started_at bigint[],
         p_owner text, p_reruns boolean[], p_lease double precision, p_states text[],
         p_next_run_at bigint[], p_last_errors text[], p_lock_wait double precision)
         RETURNS integer[] LANGUAGE plpgsql AS $$
     DECLARE
-        v_attempts integer;
-        v_found boolean;
+        n integer := coalesce(array_length(p_keys, 1), 0);
+        v_result integer[] := array_fill(0, ARRAY[coalesce(array_length(p_keys, 1), 0)]);
+        v_locked integer[] := '{}';
         v_until timestamptz;
-        v_result integer[] := '{}';
+        v_deadline timestamptz;
+        v_left double precision;
+        i integer;
     BEGIN
-        PERFORM set_config('lock_timeout', (ceil(p_lock_wait * 1000))::bigint || 'ms', true);
         SELECT lease_until INTO v_until FROM timerwheel_leases WHERE id = p_owner FOR NO KEY UPDATE;
         IF NOT FOUND THEN
-            RETURN array_fill(-1, ARRAY[coalesce(array_length(p_keys, 1), 0)]) || 0;
+            RETURN array_fill(-1, ARRAY[n]) || 0;
         END IF;
         UPDATE timerwheel_leases SET lease_until = GREATEST(lease_until,
             clock_timestamp() + make_interval(secs => p_lease)) WHERE id = p_owner;
-        FOR i IN 1 .. coalesce(array_length(p_keys, 1), 0) LOOP
-            v_attempts := 0;
+        v_deadline := clock_timestamp() + make_interval(secs => p_lock_wait);
+        FOR i IN 1 .. n LOOP
             PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
                 AND owner = p_owner FOR UPDATE SKIP LOCKED;
-            v_found := FOUND;
-            IF NOT v_found THEN  -- (not its own, or locked by another session: waited for, alone)
-                BEGIN
-                    PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
-                        AND owner = p_owner FOR UPDATE;
-                    v_found := FOUND;
-                EXCEPTION WHEN lock_not_available THEN
-                    v_attempts := -2;
-                END;
+            IF FOUND THEN
+                v_result[i] := timerwheel_take_locked(p_keys[i], p_generations[i], p_scheduled_for[i],
+                    p_started_at[i], p_owner, p_reruns[i], p_states[i], p_next_run_at[i], p_last_errors[i]);
+            ELSIF EXISTS (SELECT 1 FROM timerwheel_keys WHERE key = p_keys[i]
+                    AND generation = p_generations[i] AND owner = p_owner) THEN
+                v_locked := v_locked || i;
             END IF;
-            -- A new fire at or before a later one of its generation in the log is a stale one (a process
-            -- that held the key before, and holds it again, asking for a fire its plan had before it lost
-            -- the key): the later one started, so this one ran, or was decided about.
-            IF v_found AND (EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_keys[i]
-                    AND generation = p_generations[i] AND scheduled_for = p_scheduled_for[i])
-                OR NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_keys[i]
-                    AND generation = p_generations[i] AND scheduled_for > p_scheduled_for[i])) THEN
-                INSERT INTO timerwheel_fires AS f (key, generation, scheduled_for, started_at, owner)
-                    VALUES (p_keys[i], p_generations[i], p_scheduled_for[i], p_started_at[i], p_owner)
-                    ON CONFLICT (key, generation, scheduled_for) DO UPDATE
-                    SET attempts = f.attempts + (CASE WHEN p_reruns[i] AND NOT (f.owner = EXCLUDED.owner
-                            AND f.started_at = EXCLUDED.started_at) THEN 1 ELSE 0 END),
-                        started_at = EXCLUDED.started_at, owner = EXCLUDED.owner
-                    WHERE f.finished_at IS NULL AND (p_reruns[i] OR f.owner = EXCLUDED.owner)
-                    RETURNING attempts INTO v_attempts;
+        END LOOP;
+        FOREACH i IN ARRAY v_locked LOOP
+            v_left := extract(epoch FROM v_deadline - clock_timestamp());
+            IF v_left < 0.001 THEN
+                v_result[i] := -2;
+                CONTINUE;
+            END IF;
+            PERFORM set_config('lock_timeout', ceil(v_left * 1000)::bigint || 'ms', true);
+            BEGIN
+                PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
+                    AND owner = p_owner FOR UPDATE;
                 IF FOUND THEN
-                    DELETE FROM timerwheel_fires WHERE key = p_keys[i] AND finished_at IS NOT NULL
-                        AND scheduled_for < p_scheduled_for[i];
-                    UPDATE timerwheel_keys SET state = p_states[i], next_run_at = p_next_run_at[i],
-                        last_scheduled_for = CASE WHEN p_reruns[i]
-                            THEN GREATEST(last_scheduled_for, p_scheduled_for[i])
-                            ELSE p_scheduled_for[i] END,
-                        last_error = p_last_errors[i]
-                        WHERE key = p_keys[i];
-                ELSE
-                    v_attempts := 0;
+                    v_result[i] := timerwheel_take_locked(p_keys[i], p_generations[i], p_scheduled_for[i],
+                        p_started_at[i], p_owner, p_reruns[i], p_states[i], p_next_run_at[i],
+                        p_last_errors[i]);
                 END IF;
-            END IF;
-            v_result := v_result || v_attempts;
+            EXCEPTION WHEN lock_not_available THEN
+                v_result[i] := -2;
+            END;
         END LOOP;
         RETURN v_result || (CASE WHEN v_until < clock_timestamp() THEN 1 ELSE 0 END);
     END $$""",
@@ -185,7 +213,7 @@ def held_row(key: Any, generation: int) -> tuple[Hashable, int]:
 
 
 COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
-ROW_WAIT = 0.1  # seconds a fire's take or end waits for its key's row (see timerwheel_start_fire)
+ROW_WAIT = 0.1  # seconds a batch of takes waits, at most, for keys' rows others hold (timerwheel_take_fires)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
 # kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.
 ABOVE_FLOOR = "GREATEST(%s, (SELECT value::bigint + 1 FROM timerwheel_meta WHERE name = 'generation_floor'))"

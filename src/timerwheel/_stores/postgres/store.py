@@ -340,7 +340,8 @@ class PostgresStore:
         end queued behind the first). Of two rows of one key, the later one is written."""
         if not ends:
             return
-        fires = [fire for _, fire in ends]
+        # (fire rows locked in key order, as every statement that locks several keys' rows locks them)
+        fires = sorted((fire for _, fire in ends), key=lambda f: (encode_key(f.key), f.scheduled_for))
         latest = {key_text(row.key): row for row, _ in ends if row is not None}
         rows = [latest[k] for k in sorted(latest)]
         what = (
