@@ -486,6 +486,19 @@ def test_a_take_waits_for_its_lease_row_as_long_as_any_statement_waits_for_a_loc
     store.close()
 
 
+def test_the_arrays_of_a_batch_carry_any_text_exactly(dsn: str) -> None:
+    """A batch's columns travel as PostgreSQL array literals: a key's JSON, a state or an error with
+    quotes, backslashes, braces, commas, spaces, the word NULL or nothing at all comes back as it went."""
+    from timerwheel._stores.postgres.schema import array_literal
+
+    texts = ['"k"', "a\\b", 'q"q', "{x,y}", " sp ", "NULL", "", None, "\u00e9\u4e2d", "a,b", "\\"]
+    assert sql(dsn, "SELECT %s::text[]", array_literal(texts)) == [(texts,)]
+    numbers = [0, -1, 2**62, None]
+    assert sql(
+        dsn, "SELECT %s::bigint[], %s::boolean[]", array_literal(numbers), array_literal([True, False])
+    ) == [(numbers, [True, False])]
+
+
 def test_ends_recorded_together_write_the_later_row_of_a_key(dsn: str) -> None:
     """finish_fires() records many runs' ends in one statement: every fire is marked finished, and of
     two ends of one key (two short runs, their ends queued together) the later row is written."""
