@@ -499,6 +499,60 @@ def test_the_arrays_of_a_batch_carry_any_text_exactly(dsn: str) -> None:
     ) == [(numbers, [True, False])]
 
 
+def test_a_fires_row_locked_by_another_session_holds_up_only_its_own_fire(dsn: str) -> None:
+    """A take that meets a fire-log row another session holds (an operator's transaction; an old
+    owner's end) waits for it out of the batch's 0.1 s, in a subtransaction of its own: that fire alone
+    is refused, the others are taken. (It waited the whole lock_timeout outside any subtransaction, and
+    failed the batch with it.)"""
+    from timerwheel._stores import StoredKey
+
+    store = PostgresStore(dsn, lease=30.0, lock_timeout=1.0, statement_timeout=0.8)
+    a, b = (StoredKey(k, "null", 1, "running", 1_000, None, None) for k in "ab")
+    store.put(a._replace(state="pending"))
+    store.put(b._replace(state="pending"))
+    assert store.start_fire(a, 1_000, 1, False) == 1  # (a's fire, unfinished: taken again below)
+    with psycopg.connect(dsn) as locker:
+        locker.execute("SELECT 1 FROM timerwheel_fires WHERE key = %s FOR UPDATE", ('"a"',))
+        got = store.start_fires([(a, 1_000, 2, False), (b, 1_000, 2, False)])
+    assert isinstance(got[0], StoreError) and "locked" in str(got[0]) and got[1] == 1
+    store.close()
+
+
+def test_a_timeout_below_a_millisecond_is_a_millisecond_not_none(dsn: str) -> None:
+    """PostgreSQL reads a timeout of 0 as no timeout: a store's timeouts are rounded up to whole
+    milliseconds (0.4 ms used to round to 0, and a statement waited for a lock without bound)."""
+    store = PostgresStore(dsn, lease=30.0, lock_timeout=0.0004)
+    conn = store._db.connect()
+    try:
+        shown = conn.execute("SHOW lock_timeout").fetchone()[0]
+    finally:
+        conn.close()
+    assert shown == "1ms"
+    store.close()
+
+
+def test_an_error_text_the_database_cannot_hold_is_stored_escaped_and_blocks_nothing(dsn: str) -> None:
+    """A text column cannot hold a NUL character, nor UTF-8 a lone surrogate: an error message with one
+    (any exception's text) is stored with it escaped, and the other ends of its batch are recorded (one
+    such end failed the whole batch, and blocked the ends recorded after it)."""
+    from timerwheel._stores import FinishedFire, StoredKey
+
+    store = PostgresStore(dsn, lease=30.0)
+    rows = [StoredKey(k, "null", 1, "running", 1_000, None, "bad \x00 \udcff") for k in "ab"]
+    for row in rows:
+        store.put(row._replace(state="pending"))
+    assert store.start_fires([(row, 1_000, 1, False) for row in rows]) == [1, 1]
+    store.finish_fires(
+        [(row._replace(state="pending"), FinishedFire(row.key, 1, 1_000, 2, "x\x00y\udcff")) for row in rows]
+    )
+    assert sql(dsn, "SELECT DISTINCT last_error FROM timerwheel_keys") == [("bad \\x00 \\udcff",)]
+    assert sql(dsn, "SELECT error, finished_at FROM timerwheel_fires ORDER BY key") == [
+        ("x\\x00y\\udcff", 2),
+        ("x\\x00y\\udcff", 2),
+    ]
+    store.close()
+
+
 def test_ends_recorded_together_write_the_later_row_of_a_key(dsn: str) -> None:
     """finish_fires() records many runs' ends in one statement: every fire is marked finished, and of
     two ends of one key (two short runs, their ends queued together) the later row is written."""

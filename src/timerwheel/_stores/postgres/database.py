@@ -6,6 +6,7 @@ database's clock."""
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -109,11 +110,7 @@ class Database:
                 "set_config('tcp_keepalives_idle', '5', false), "
                 "set_config('tcp_keepalives_interval', '2', false), "
                 "set_config('tcp_keepalives_count', '5', false)",
-                (
-                    f"{round(self.lock_timeout * 1000)}ms",
-                    f"{round(self.statement_timeout * 1000)}ms",
-                    f"{max(1, round(self.idle_timeout * 1000))}ms",
-                ),
+                (_ms(self.lock_timeout), _ms(self.statement_timeout), _ms(self.idle_timeout)),
             )
         except BaseException:
             conn.close()
@@ -178,3 +175,8 @@ class Database:
         """The database's clock, as POSIX seconds (this machine's clock plus the offset measured at every
         lease renewal): give it to the scheduler as its wall_clock."""
         return time.time() + self.offset
+
+
+def _ms(seconds: float) -> str:
+    """A timeout for PostgreSQL, in whole milliseconds and at least 1 (0 would mean none)."""
+    return f"{max(1, math.ceil(seconds * 1000))}ms"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from ..rows import StoreError, encode_key, stored_key
+from ..rows import FinishedFire, StoredKey, StoreError, encode_key, stored_key
 
 # (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
 # again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
@@ -119,9 +119,10 @@ SCHEMA = [
     # a claim that holds its taker's row (a claim locks the rows of the lapsed owners whose keys it
     # takes): a take and a claim of its taker's keys never overlap. A taker without a row (it closed, or
     # its lease lapsed a day ago) takes nothing: -1 for every fire. The fires whose key's row is free
-    # are taken at once; those whose row another session holds locked just now (an upsert elsewhere, an
-    # operator's open transaction) are waited for afterwards, p_lock_wait seconds at most for them all
-    # (so that the lease row is never held long): one still locked then gives -2, for that fire alone.
+    # are taken at once; those whose row (or fire's row) another session holds locked just now (an upsert
+    # elsewhere, an operator's open transaction) are waited for, p_lock_wait seconds at most for them all
+    # (so that the lease row is never held long), each in a subtransaction of its own: one still locked
+    # then gives -2, for that fire alone.
     # Each fire's result: its attempt, 0 if it was not taken (or its key is not the caller's at that
     # generation), -2 if its row was locked; one more element at the end: 1 if the taker's lease had
     # lapsed before this renewal (its keeper then reads what it holds), else 0.
@@ -150,8 +151,17 @@ SCHEMA = [
             PERFORM 1 FROM timerwheel_keys WHERE key = p_keys[i] AND generation = p_generations[i]
                 AND owner = p_owner FOR UPDATE SKIP LOCKED;
             IF FOUND THEN
-                v_result[i] := timerwheel_take_locked(p_keys[i], p_generations[i], p_scheduled_for[i],
-                    p_started_at[i], p_owner, p_reruns[i], p_states[i], p_next_run_at[i], p_last_errors[i]);
+                -- (a fire's row that another session holds, met by the take: waited for out of what is
+                -- left of the budget, the fire retried after the others if it runs out)
+                v_left := extract(epoch FROM v_deadline - clock_timestamp());
+                PERFORM set_config('lock_timeout', greatest(1, ceil(v_left * 1000))::bigint || 'ms', true);
+                BEGIN
+                    v_result[i] := timerwheel_take_locked(p_keys[i], p_generations[i], p_scheduled_for[i],
+                        p_started_at[i], p_owner, p_reruns[i], p_states[i], p_next_run_at[i],
+                        p_last_errors[i]);
+                EXCEPTION WHEN lock_not_available THEN
+                    v_locked := v_locked || i;
+                END;
             ELSIF EXISTS (SELECT 1 FROM timerwheel_keys WHERE key = p_keys[i]
                     AND generation = p_generations[i] AND owner = p_owner) THEN
                 v_locked := v_locked || i;
@@ -227,6 +237,31 @@ RAISE_FLOOR = (  # (after `WITH d AS (DELETE ... RETURNING generation)`)
 IN_ORDER = "SELECT key FROM timerwheel_keys WHERE key = ANY(%s) ORDER BY key FOR UPDATE"
 MAX_LEASE = 366 * 86400.0  # seconds: a year (a timestamptz holds it; beyond, nothing is gained)
 MAX_KEY = 1000  # characters of a key's JSON: it travels in NOTIFY payloads (8000 bytes) and an index
+
+
+def clean_text(text: str | None) -> str | None:
+    """Free text (an error's message) as a text column can hold it: a NUL character written as \\x00, and
+    a lone surrogate, which UTF-8 cannot encode, as its backslash escape."""
+    if text is None:
+        return None
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def clean_row(row: StoredKey) -> StoredKey:
+    """A key's row with its last_error as the database can hold it (clean_text)."""
+    error = clean_text(row.last_error)
+    return row if error is row.last_error else row._replace(last_error=error)
+
+
+def clean_fire(fire: FinishedFire) -> FinishedFire:
+    """A finished fire with its error as the database can hold it (clean_text)."""
+    error = clean_text(fire.error)
+    return fire if error is fire.error else fire._replace(error=error)
 
 
 def array_literal(values: Iterable[str | int | bool | None]) -> str:

@@ -25,6 +25,9 @@ from .schema import (
     REPLACE_ID,
     ROW_WAIT,
     array_literal,
+    clean_fire,
+    clean_row,
+    clean_text,
     key_text,
     migrate,
 )
@@ -134,6 +137,7 @@ class PostgresStore:
         """A user's change of a key (upsert): stored as a new generation (one above any stored), held by
         this process from now on; the others are notified. Returns the generation stored."""
         k = key_text(row.key)
+        row = clean_row(row)
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> int:
@@ -158,6 +162,7 @@ class PostgresStore:
         key deleted (`removed` is not needed: the database knows them), in one transaction; the others
         are notified. Returns the generations stored, in the order of rows."""
         order = [key_text(r.key) for r in rows]
+        rows = [clean_row(r) for r in rows]
         rows = sorted(
             rows, key=lambda r: key_text(r.key)
         )  # (rows locked in one order: no deadlock between two)
@@ -206,7 +211,11 @@ class PostgresStore:
         """Write the state of keys this process holds, at their generation (fenced: a key another process
         took over, or a newer generation, is left as it is), and mark fires finished, in one
         transaction."""
-        fires = [(f.finished_at, f.error, encode_key(f.key), f.generation, f.scheduled_for) for f in finished]
+        fires = [
+            (f.finished_at, clean_text(f.error), encode_key(f.key), f.generation, f.scheduled_for)
+            for f in finished
+        ]
+        rows = [clean_row(r) for r in rows]
         if not rows and not fires:
             return
         rows = sorted(rows, key=lambda r: key_text(r.key))
@@ -277,6 +286,7 @@ class PostgresStore:
         unreachable) is every fire's."""
         if not takes:
             return []
+        takes = [(clean_row(row), at, started, rerun) for row, at, started, rerun in takes]
         # (rows locked in key order, as every statement that locks several keys' rows locks them)
         order = sorted(range(len(takes)), key=lambda i: key_text(takes[i][0].key))
         rows = [takes[i] for i in order]
@@ -341,6 +351,7 @@ class PostgresStore:
         end queued behind the first). Of two rows of one key, the later one is written."""
         if not ends:
             return
+        ends = [(None if row is None else clean_row(row), clean_fire(fire)) for row, fire in ends]
         # (fire rows locked in key order, as every statement that locks several keys' rows locks them)
         fires = sorted((fire for _, fire in ends), key=lambda f: (encode_key(f.key), f.scheduled_for))
         latest = {key_text(row.key): row for row, _ in ends if row is not None}
