@@ -255,13 +255,13 @@ def clean_text(text: str | None) -> str | None:
 def clean_row(row: StoredKey) -> StoredKey:
     """A key's row with its last_error as the database can hold it (clean_text)."""
     error = clean_text(row.last_error)
-    return row if error is row.last_error else row._replace(last_error=error)
+    return row if error is row.last_error else StoredKey(*row[:-1], error)  # (last_error: the last field)
 
 
 def clean_fire(fire: FinishedFire) -> FinishedFire:
     """A finished fire with its error as the database can hold it (clean_text)."""
     error = clean_text(fire.error)
-    return fire if error is fire.error else fire._replace(error=error)
+    return fire if error is fire.error else FinishedFire(*fire[:-1], error)  # (error: the last field)
 
 
 def array_literal(values: Iterable[str | int | bool | None]) -> str:
