@@ -1228,6 +1228,76 @@ def test_a_key_upserted_during_a_keeper_round_is_not_given_back_by_it(dsn: str) 
         keyed.close()
 
 
+@pytest.mark.realtime  # real keeper rounds (every 20 s here); a bound of 15 s, under one round's period
+def test_a_dead_process_keys_beyond_one_claim_are_taken_over_back_to_back(dsn: str) -> None:
+    """A claim takes CLAIM_CHUNK keys at most (one transaction); the rest waited for the next rounds, one
+    every lease / 3: a dead process's 10^5 keys took several periods to be taken over, past lease +
+    lease / 3. A round that claimed a whole chunk, short of its share, is followed by the next at once."""
+    from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
+
+    keys = 2 * CLAIM_CHUNK + 500
+    store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
+    sql(dsn, "INSERT INTO timerwheel_leases (id, lease_until) VALUES ('dead', now() - interval '1 minute')")
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) SELECT "
+        "'\"k' || i || '\"', 'null', 1, 'pending', 4102444800000000, 'dead' FROM generate_series(1, %s) i",
+        keys,
+    )
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        wait_for(lambda: store.held() == keys, 15.0, "every key of the dead process taken over")
+        wait_for(lambda: len(keyed) == keys, 15.0, "and armed here")
+    finally:
+        keyed.close()
+
+
+def test_a_shed_on_its_way_is_not_shed_again_by_the_next_keeper_round(dsn: str) -> None:
+    """A keeper round counts in the database the keys this process holds, and gives back what is over its
+    share: applied here, then written by the writer. A round whose count was read before the previous
+    round's keys were given back in the database found the process over its share again and gave as many
+    more away (a third process joining two that held 10^5 keys moved 40% more keys than fairness needs,
+    some back and forth). A count read while a shed is on its way is not shed on; once it is written,
+    rounds shed again."""
+    store = PostgresStore(dsn, lease=30.0)
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        for i in range(10):
+            keyed.upsert(f"k{i}")
+        holder = keyed._shared_keys
+        writer = keyed._journal.writer()
+        alive = "INSERT INTO timerwheel_leases (id, lease_until) VALUES (%s, now() + interval '1 hour')"
+        sql(dsn, alive, "other-1")  # (two processes alive: a share of 5 keys)
+        busy = threading.Event()
+        writer.submit(busy.wait, 10)  # (the writer busy: the shed's give-back waits behind this)
+
+        def applied() -> None:
+            done = threading.Event()
+            holder.post(done.set)  # (posted work is applied in order: a shed's is done by then)
+            assert done.wait(10)
+
+        keeper_round(store, holder)
+        applied()
+        assert len(keyed) == 5
+        keeper_round(store, holder)  # (the database still counts 10 keys here)
+        applied()
+        assert len(keyed) == 5
+        busy.set()
+        writer.submit(lambda: None).result(10)
+        owned = "SELECT count(*) FROM timerwheel_keys WHERE owner = %s"
+        assert sql(dsn, owned, store.owner_id) == [(5,)]
+        sql(dsn, alive, "other-2")  # (three: a share of 4)
+        keeper_round(store, holder)
+        applied()
+        writer.submit(lambda: None).result(10)
+        assert len(keyed) == 4
+        assert sql(dsn, owned, store.owner_id) == [(4,)]
+    finally:
+        keyed.close()
+
+
 @pytest.mark.realtime  # real threads and a fire 50 ms after the upsert; a bound of 10 s
 def test_a_key_committed_and_not_yet_applied_is_not_given_back_as_held_elsewhere(dsn: str) -> None:
     """A keeper round that read what this process holds between an upsert's commit and the moment it

@@ -60,6 +60,9 @@ class Holder:
     def reconcile(self, held: dict[Any, int], stamp: int) -> None:
         self.reconciled.append(held)
 
+    def shedding(self) -> bool:
+        return False
+
     def shed(self, count: int, stamp: int) -> None:
         self.shed_counts.append(count)
 

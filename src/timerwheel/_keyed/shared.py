@@ -78,6 +78,8 @@ class SharedKeys:
         self._seq = 0  # user changes made so far (see changing)
         self.inflight: dict[Hashable, list[int]] = {}  # key -> [changes in flight, latest applied]
         self._applier: queue.SimpleQueue[Callable[[], None]] | None = None  # see post
+        self._shed_written = threading.Event()  # (clear while a shed is on its way: see shedding)
+        self._shed_written.set()
 
     # -- a user's change ------------------------------------------------------------------------------
 
@@ -283,33 +285,45 @@ class SharedKeys:
         key's unfinished fire would otherwise be run again)."""
         self.journal.write(self.journal.record_unrecorded)
 
+    def shedding(self) -> bool:
+        """Whether keys given back by shed() are on their way to the store (applied here, not written yet):
+        a count of the keys held read meanwhile does not show them (the keeper sheds nothing on it)."""
+        return not self._shed_written.is_set()
+
     def shed(self, count: int, stamp: int) -> None:
         """This process holds `count` keys more than its share, as counted from `stamp` on: give back that
         many of those not running, the latest due first. A key changed here since `stamp` (see _fresh) is
         not given back, and is taken off the count (the store may have counted the keys before its
         commit): an upsert is not handed to another process by the keeper's round that it overlapped."""
+        self._shed_written.clear()
+        done = self._shed_written.set
 
         def work() -> None:
-            with self.journal.unrecorded_lock:
-                pending = {f.key for f in self.journal.unrecorded}  # (their ends are not in the database yet)
-            recent = sum(
-                1 for key in self.table.keys.keys() | self.inflight.keys() if self._fresh(key, stamp)
-            )
-            idle = [
-                rec
-                for rec in self.table.keys.values()
-                if not rec.running
-                and not rec.catch_up
-                and rec.key not in pending
-                and not self._fresh(rec.key, stamp)
-            ]
-            idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
-            keys = {rec.key: rec.generation for rec in idle[: max(0, count - recent)]}
-            for key in keys:
-                self.table.forget(key, cancel=False)
-            self.journal.release(keys)
+            try:
+                with self.journal.unrecorded_lock:
+                    pending = {f.key for f in self.journal.unrecorded}  # (their ends: not in the store yet)
+                recent = sum(
+                    1 for key in self.table.keys.keys() | self.inflight.keys() if self._fresh(key, stamp)
+                )
+                idle = [
+                    rec
+                    for rec in self.table.keys.values()
+                    if not rec.running
+                    and not rec.catch_up
+                    and rec.key not in pending
+                    and not self._fresh(rec.key, stamp)
+                ]
+                idle.sort(key=lambda rec: -math.inf if rec.next_run_at is None else -rec.next_run_at)
+                keys = {rec.key: rec.generation for rec in idle[: max(0, count - recent)]}
+                for key in keys:
+                    self.table.forget(key, cancel=False)
+                self.journal.release(keys)
+            except BaseException:
+                done()
+                raise
+            self.journal.write(done)  # (after the release: the writer writes in order)
 
-        self.post(work)
+        self.post(work, when_closed=done)
 
     def lost(self) -> None:
         """The store could not renew its leases for a whole lease. Nothing fires here meanwhile anyway (a

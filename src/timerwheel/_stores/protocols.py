@@ -122,6 +122,11 @@ class SharedHolder(Protocol):
         """Record the ends of runs the store failed to record (called before any claim)."""
         ...
 
+    def shedding(self) -> bool:
+        """Whether keys given back by shed() are on their way to the store: a count of the keys held read
+        from now on may not show them, and is not shed on (read before the count)."""
+        ...
+
     def shed(self, count: int, stamp: int) -> None:
         """This process holds `count` keys more than its share: give back that many it does not run."""
         ...

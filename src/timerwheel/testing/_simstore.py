@@ -19,7 +19,7 @@ from typing import Any
 
 from .._keyed.journal import Work, next_work
 from .._stores import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
-from .._stores.postgres.keeper import RECONCILE_EVERY
+from .._stores.postgres.keeper import CLAIM_CHUNK, RECONCILE_EVERY
 
 __all__ = ["SimDatabase", "SimStore"]
 
@@ -479,10 +479,10 @@ class SimStore:
                 self._holder.lost()
             self._next_round(started)
 
-        def done() -> None:
+        def done(more: bool = False) -> None:
             self._failures = 0
             self._lost_said = False
-            self._next_round(started)
+            self._next_round(started, more)
 
         def measured(_: None) -> None:
             if self._detached:  # (closing: only the lease, for the runs still going, until close())
@@ -491,12 +491,15 @@ class SimStore:
                 )
                 return
             stamp = holder.stamp()  # (before the count, as PostgresStore)
+            shedding = holder.shedding()
             renewal = self._statement(
                 "renew its lease", lambda: self.db.renew(self.owner_id, self.lease), failed
             )
-            renewal(lambda counted: renewed(stamp, *counted))
+            renewal(lambda counted: renewed(stamp, shedding, *counted))
 
-        def renewed(stamp: int, alive: bool, lapsed: bool, live: int, total: int, count: int) -> None:
+        def renewed(
+            stamp: int, shedding: bool, alive: bool, lapsed: bool, live: int, total: int, count: int
+        ) -> None:
             if lapsed or not alive or self.owner_id in self.db.rechecks:
                 self.db.rechecks.discard(self.owner_id)
                 self._rounds = 0  # (another may have claimed some of its keys: read them in full)
@@ -504,42 +507,45 @@ class SimStore:
                 back = self._statement(
                     "renew its lease", lambda: self.db.register(self.owner_id, self.lease), failed
                 )
-                back(lambda _: read(stamp, live, total, count))
+                back(lambda _: read(stamp, shedding, live, total, count))
                 return
-            read(stamp, live, total, count)
+            read(stamp, shedding, live, total, count)
 
-        def read(stamp: int, live: int, total: int, count: int) -> None:
+        def read(stamp: int, shedding: bool, live: int, total: int, count: int) -> None:
             if self._rounds % RECONCILE_EVERY == 0:
                 self._rounds += 1
                 full = self._statement(
                     "read the keys it holds", lambda: self.db.held_by(self.owner_id), failed
                 )
-                full(lambda held: counted(stamp, live, total, len(held), held))
+                full(lambda held: counted(stamp, shedding, live, total, len(held), held))
                 return
             self._rounds += 1
-            counted(stamp, live, total, count, None)
+            counted(stamp, shedding, live, total, count, None)
 
-        def counted(stamp: int, live: int, total: int, count: int, held: dict[Hashable, int] | None) -> None:
+        def counted(
+            stamp: int, shedding: bool, live: int, total: int, count: int, held: dict[Hashable, int] | None
+        ) -> None:
             self._valid_until = started + self.lease
             if held is not None:
                 holder.reconcile(dict(held), stamp)
             share = -(-total // live)
             if count > share:
-                holder.shed(count - share, stamp)
+                if not shedding:
+                    holder.shed(count - share, stamp)
             elif count < share and self._failures == 0:
                 holder.flush()
                 stamp = holder.stamp()
                 if not self._detached:
-                    limit = min(share - count, 10_000)
+                    limit = min(share - count, CLAIM_CHUNK)
                     claim = self._statement("claim keys", lambda: self.db.claim(self.owner_id, limit), failed)
-                    claim(lambda found: claimed(stamp, *found))
+                    claim(lambda found: claimed(stamp, share - count, *found))
                     return
             done()
 
-        def claimed(stamp: int, keys: list[StoredKey], fires: list[StoredFire]) -> None:
+        def claimed(stamp: int, short: int, keys: list[StoredKey], fires: list[StoredFire]) -> None:
             if keys:
                 holder.adopt(keys, fires, stamp)
-            done()
+            done(len(keys) == CLAIM_CHUNK < short)  # (a whole chunk, short of its share: again at once)
 
         self._statement("renew its leases", self.process.clock_error, failed)(measured)
 
@@ -577,8 +583,8 @@ class SimStore:
 
         return send
 
-    def _next_round(self, started: float) -> None:
-        period = min(0.1, self.lease / 3) if self._failures else self.lease / 3
+    def _next_round(self, started: float, at_once: bool = False) -> None:
+        period = 0.0 if at_once else min(0.1, self.lease / 3) if self._failures else self.lease / 3
         self.process.loop.call_later(max(0.0, period - (self.monotonic() - started)), self._keep)
 
     def _notified(self, payload: str) -> None:

@@ -26,6 +26,9 @@ logger = logging.getLogger("timerwheel")
 # round reads the list), or by a change that the listener hears of (and reads again after a
 # reconnection); the periodic read is a safety net for a notification lost all the same.
 RECONCILE_EVERY = 10
+# The most keys one claim takes (one transaction, one adopt); a round that took that many, short of its
+# share, is followed by the next at once: a dead process's keys are taken over in chunks, back to back.
+CLAIM_CHUNK = 10_000
 
 
 class Keeper:
@@ -76,10 +79,11 @@ class Keeper:
                 # database every process takes its own keys back before any takes another's)
                 if failures:
                     self._rounds = 0  # (after a failure: what is held is read again in full)
-                self.one_round(conn, started, claim=failures == 0)
+                more = self.one_round(conn, started, claim=failures == 0)
                 failures = 0
                 self._lost_said = False
             except Exception as exc:
+                more = False
                 failures += 1
                 if conn is not None and (conn.closed or conn.broken):
                     conn = None
@@ -98,16 +102,18 @@ class Keeper:
                     )
                     self.holder.lost()
             period = min(0.1, self.lease / 3) if failures else self.lease / 3  # (back soon after an outage)
-            self._stop.wait(max(0.0, period - (time.monotonic() - started)))
+            if not more:
+                self._stop.wait(max(0.0, period - (time.monotonic() - started)))
         if conn is not None:
             conn.close()
 
-    def one_round(self, conn: Any, started: float, claim: bool = True) -> None:
+    def one_round(self, conn: Any, started: float, claim: bool = True) -> bool:
         """One round of the keeper: renew its lease (and count), reconcile, then give back or claim up to a
-        share."""
+        share. True if it claimed a whole chunk (CLAIM_CHUNK) short of its share: the next round comes at
+        once."""
         holder = self.holder
         if holder is None:
-            return
+            return False
         self.db.measure_offset(conn)
         if self.detached:  # (closing: only the lease, for the runs still going, until close())
             conn.execute(
@@ -115,10 +121,11 @@ class Keeper:
                 "WHERE id = %s",
                 (self.lease, self.owner_id),
             )
-            return
+            return False
         # (the stamp before the count: a key this process stores after it may be missing from the count,
-        # and the shed leaves it alone)
+        # and the shed leaves it alone; so is a shed on its way: nothing is shed on this count)
         stamp = holder.stamp()
+        shedding = holder.shedding()
         # The renewal: one row, this process's lease, whatever the number of keys it holds; and whether
         # the lease had lapsed (another process may have claimed some of its keys meanwhile). A statement
         # of its own: the row is not held while the keys are counted (a take waits for it).
@@ -165,13 +172,14 @@ class Keeper:
             holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
         share = -(-total // live)
         if count > share:
-            holder.shed(count - share, stamp)
+            if not shedding:
+                holder.shed(count - share, stamp)
         elif count < share and claim:
             holder.flush()  # (ends of runs not recorded yet: recorded before any claim)
             stamp = holder.stamp()
             with conn.transaction():
                 if self.detached:  # (its KeyedScheduler closed during this round: claim nothing)
-                    return
+                    return False
                 # Claims share a lock that making a lease row again takes alone (see above). The leases
                 # that lapsed are locked (FOR SHARE) to the end of the claim, their owners' keys then
                 # anyone's: a take of such an owner waits for the claim, and sees the keys claimed gone;
@@ -195,7 +203,7 @@ class Keeper:
                     f"WHERE owner IS NULL OR owner = ANY(%s) OR NOT EXISTS (SELECT 1 FROM timerwheel_leases "
                     f"l WHERE l.id = k.owner) ORDER BY next_run_at NULLS LAST LIMIT %s FOR UPDATE SKIP "
                     f"LOCKED) RETURNING {COLUMNS}",
-                    (self.owner_id, dead, min(share - count, 10_000)),
+                    (self.owner_id, dead, min(share - count, CLAIM_CHUNK)),
                 ).fetchall()
                 # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
                 # another program) is given back at once, exactly as it is, and the others go on.
@@ -222,6 +230,8 @@ class Keeper:
                     )
             if keys:
                 holder.adopt(keys, fires, stamp)
+            return bool(len(rows) == CLAIM_CHUNK < share - count)
+        return False
 
     def readable(
         self, rows: list[tuple[Any, ...]], read: Callable[..., Any], table: str
