@@ -17,7 +17,6 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -31,10 +30,7 @@ from timerwheel._stores import StoredKey
 
 
 def measure(server: _pg.Server, keys: int, rounds: int) -> dict[str, float]:
-    name = f"b_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    dsn = f"host=127.0.0.1 port={server.port} user=postgres dbname={name}"
+    dsn = server.database("b")
     store = PostgresStore(dsn, lease=30.0)
     store.replace([StoredKey(i, "null", 1, "pending", 1_000_000 + i, None, None) for i in range(keys)], None)
     keeper = store._keeper

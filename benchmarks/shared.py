@@ -7,6 +7,7 @@ itself (tests/_pg.py: initdb and pg_ctl in a temporary directory, 127.0.0.1 only
   P seconds on a grid of its own; what is demanded is N / P fires per second), with the lateness of the
   fires (start of the run minus its scheduled time, on the database's clock) at p50 and p99, the fires
   run twice and the fires lost (see tests/_shared_child.py's Journal), measured over the last S - 2 s;
+  and the CPU spent per fire run over that span, in the processes and in the server (Linux: /proc);
 - takeover: 4 processes, one SIGKILLed; how long its keys went without a fire (from the kill to the
   first fire of each of its keys by another process): median and max, against the lease (2 s here);
 - how soon a remove() in one process is seen by the process that held the key (LISTEN/NOTIFY): median
@@ -24,34 +25,45 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import psycopg
 from tests import _pg
 from tests._shared_child import Journal, seed, spawn
 
 from timerwheel import KeyedScheduler, PostgresStore, ThreadedScheduler
 
 
-def database(server: _pg.Server) -> str:
-    name = f"b_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(server.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"host=127.0.0.1 port={server.port} user=postgres dbname={name}"
+def cpu_seconds(pids: list[int] | None = None) -> float:
+    """Seconds of CPU spent so far by the processes `pids`, or by those named postgres (the server and
+    its sessions) if None; from /proc, so Linux only."""
+    total = 0
+    for pid in pids if pids is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if pids is not None or "(postgres)" in stat:
+            fields = stat[stat.rfind(")") + 2 :].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def sustained(server: _pg.Server, processes: int, keys: int, period: float, seconds: float) -> dict[str, Any]:
-    dsn = database(server)
+    dsn = server.database("b")
     seed(dsn, keys, period)
     journal = Path(tempfile.mkdtemp()) / "journal"
     journal.touch()
     children = [spawn(dsn, journal, f"p{i}", 2.0, period) for i in range(processes)]
+    pids = [child.pid for child in children]
     began = time.time()
-    time.sleep(seconds)
+    time.sleep(2)
+    cpu = cpu_seconds(pids), cpu_seconds()
+    time.sleep(seconds - 3)
+    cpu = cpu_seconds(pids) - cpu[0], cpu_seconds() - cpu[1]  # (over the window measured)
+    time.sleep(1)
     ended = time.time()
     for child in children:
         child.send_signal(signal.SIGTERM)
@@ -69,11 +81,14 @@ def sustained(server: _pg.Server, processes: int, keys: int, period: float, seco
         "p99_ms": 1000 * late[int(len(late) * 0.99)],
         "twice": len(check["twice"]),
         "lost": len(check["lost"]),
+        "cpu_us": (1e6 * cpu[0] / max(1, len(window)), 1e6 * cpu[1] / max(1, len(window))),
     }
 
 
-def takeover(server: _pg.Server, keys: int, period: float) -> dict[str, Any]:
-    dsn = database(server)
+def killed_run(server: _pg.Server, keys: int, period: float) -> tuple[Path, float]:
+    """4 processes sharing `keys` keys; p0 SIGKILLed after 5 s, the others stopped 6 s later: the journal
+    and when p0 was killed."""
+    dsn = server.database("b")
     seed(dsn, keys, period)
     journal = Path(tempfile.mkdtemp()) / "journal"
     journal.touch()
@@ -87,23 +102,35 @@ def takeover(server: _pg.Server, keys: int, period: float) -> dict[str, Any]:
         child.send_signal(signal.SIGTERM)
     for child in children[1:]:
         child.wait(timeout=120)
+    return journal, killed_at
+
+
+def gaps(j: Journal, killed_at: float, victim: str = "p0") -> list[float]:
+    """For each key whose last fire before the kill was started by the victim: how long after the kill its
+    next fire started (in another process), in seconds. Keys that did not fire again are left out."""
+    last: dict[str, tuple[int, str]] = {}
+    after: dict[str, int] = {}
+    for (key, _), who in j.starts.items():
+        started = j.started_at[(key, _)]
+        if started <= killed_at * 1e6:
+            if key not in last or started > last[key][0]:
+                last[key] = (started, who[-1])
+        elif who[-1] != victim:
+            after[key] = min(after.get(key, started), started)
+    return [after[key] / 1e6 - killed_at for key, (_, who) in last.items() if who == victim and key in after]
+
+
+def takeover(server: _pg.Server, keys: int, period: float) -> dict[str, Any]:
+    journal, killed_at = killed_run(server, keys, period)
     j = Journal(journal)
     victims = {key for (key, _), who in j.starts.items() if who[-1] == "p0"}
-    gaps = []
-    for key in victims:
-        first = [
-            j.started_at[(k, at)]
-            for (k, at), who in j.starts.items()
-            if k == key and who[-1] != "p0" and j.started_at[(k, at)] > killed_at * 1e6
-        ]
-        if first:
-            gaps.append(min(first) / 1e6 - killed_at)
+    gap = gaps(j, killed_at)
     check = j.check(killed={"p0"}, period=period)
     return {
         "victim_keys": len(victims),
-        "taken_over": len(gaps),
-        "median_s": statistics.median(gaps) if gaps else None,
-        "max_s": max(gaps) if gaps else None,
+        "taken_over": len(gap),
+        "median_s": statistics.median(gap) if gap else None,
+        "max_s": max(gap) if gap else None,
         "twice": len(check["twice"]),
         "reruns": check["reruns"],
         "lost": len(check["lost"]),
@@ -111,7 +138,7 @@ def takeover(server: _pg.Server, keys: int, period: float) -> dict[str, Any]:
 
 
 def notify_latency(server: _pg.Server) -> float:
-    dsn = database(server)
+    dsn = server.database("b")
     nodes = []
     for _ in range(2):
         store = PostgresStore(dsn, lease=2.0)
@@ -146,13 +173,17 @@ def main() -> None:
     os.environ["WORKERS"] = str(args.workers)  # (the children's: tests/_shared_child.py)
     server = _pg.Server()
     try:
-        print("| processes | fires/s demanded | fires/s run | lateness p50 | p99 | run twice | lost |")
-        print("|---|---|---|---|---|---|---|")
+        print(
+            "| processes | fires/s demanded | fires/s run | lateness p50 | p99 | run twice | lost "
+            "| CPU per fire: processes | server |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
         for n in (int(p) for p in args.processes.split(",")):
             r = sustained(server, n, args.keys, args.period, args.seconds)
             print(
                 f"| {n} | {r['demanded']:.0f} | {r['fires_per_s']:.0f} | {r['p50_ms']:.1f} ms | "
-                f"{r['p99_ms']:.1f} ms | {r['twice']} | {r['lost']} |",
+                f"{r['p99_ms']:.1f} ms | {r['twice']} | {r['lost']} | {r['cpu_us'][0]:.0f} us | "
+                f"{r['cpu_us'][1]:.0f} us |",
                 flush=True,
             )
         if args.no_takeover:

@@ -17,7 +17,6 @@ import argparse
 import sys
 import time
 import tracemalloc
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,7 @@ def main() -> None:
     n = args.keys
     server = _pg.Server()
     try:
-        name = f"b_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(server.dsn, autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}")
-        dsn = f"host=127.0.0.1 port={server.port} user=postgres dbname={name}"
+        dsn = server.database("b")
         store = PostgresStore(dsn, lease=30.0)
         sched = ThreadedScheduler(wall_clock=store.wall, workers=2)
         keyed = KeyedScheduler(sched, later, lambda key, data: None, store=store)

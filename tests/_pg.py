@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 
 
 def bindir() -> str | None:
@@ -72,6 +73,15 @@ class Server:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
+
+    def database(self, prefix: str = "t") -> str:
+        """A fresh database of this server: its dsn."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {name}")
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={name}"
 
     def run(self, tool: str, *args: str) -> None:
         command = [os.path.join(self.bin, tool), *args]

@@ -83,11 +83,4 @@ def pg_own_server() -> Iterator[Any]:
 @pytest.fixture
 def pg_dsn(pg_server: Any) -> str:
     """A fresh database of the session's PostgreSQL server."""
-    import uuid
-
-    import psycopg
-
-    name = f"t_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return f"host=127.0.0.1 port={pg_server.port} user=postgres dbname={name}"
+    return str(pg_server.database())
