@@ -3,10 +3,14 @@ PostgreSQL server: its SQLAlchemyDataStore (psycopg 3, asyncio) and PsycopgEvent
 an AsyncScheduler (role both: schedules and runs jobs), K schedules with an IntervalTrigger every P
 seconds, started on the same staggered grid as timerwheel's keys. Every job journals its schedule id and
 scheduled fire time when it starts, so fires per second, lateness and duplicate runs are counted as for
-timerwheel (tests/_shared_child.py's Journal).
+timerwheel (tests/_shared_child.py's Journal). With --takeover-keys K, also takeover: K keys every
+--takeover-period seconds (a load both keep up with) on 4 processes, one SIGKILLed; for each key whose
+last fire before the kill was the killed process's, how long until its next fire (shared.py's gaps).
+With --plot FILE, a PNG of fires per second by processes and of takeover.
 
     pip install "apscheduler==4.0.0a6" "sqlalchemy[asyncio]>=2.0.24" "psycopg[binary]>=3.2" sniffio .
-    python benchmarks/shared_apscheduler4.py [--keys K] [--period P] [--seconds S]
+    python benchmarks/shared_apscheduler4.py [--keys K] [--period P] [--seconds S] [--takeover-keys K]
+        [--plot docs/images/shared_apscheduler4.png]
 
 (A separate virtual environment is simplest: APScheduler 4 and 3 cannot be installed side by side;
 timerwheel is needed only for the grid of the keys and the journal's checks.)
@@ -185,7 +189,7 @@ def plot(
     take.bar([x - 0.2 for x in xs], medians, width=0.4, label="median")
     take.bar([x + 0.2 for x in xs], maxima, width=0.4, label="max")
     take.set_xticks(list(xs), [f"{k}\n(run twice: {takeovers[k]['twice']})" for k in labels])
-    take.set_ylabel("seconds from the SIGKILL to the key's next fire")
+    take.set_ylabel("s from the SIGKILL to the key's next fire")
     take.axhline(2.0, color="grey", linestyle="--", label="lease (2 s)")
     take.legend()
     take.set_title("Takeover of a killed process's keys (4 processes)", fontsize=9)
@@ -207,6 +211,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=16, help="each timerwheel process's workers")
     parser.add_argument("--processes", default="1,2,4", help="the process counts, e.g. 1,2,4")
     parser.add_argument("--takeover-keys", type=int, default=0, help="also measure takeover with K keys")
+    parser.add_argument(
+        "--takeover-period", type=float, default=1.0, help="their period (a load both keep up with)"
+    )
     parser.add_argument("--plot", help="write a PNG of the results here (needs matplotlib)")
     args = parser.parse_args()
     os.environ["WORKERS"] = str(args.workers)  # (timerwheel's children: tests/_shared_child.py)
@@ -239,8 +246,8 @@ def main() -> None:
             from tests._shared_child import Journal
 
             for label, (journal, killed_at) in (
-                ("timerwheel", shared.killed_run(server, args.takeover_keys, args.period)),
-                ("APScheduler 4.0.0a6", killed_run(server.port, args.takeover_keys, args.period)),
+                ("timerwheel", shared.killed_run(server, args.takeover_keys, args.takeover_period)),
+                ("APScheduler 4.0.0a6", killed_run(server.port, args.takeover_keys, args.takeover_period)),
             ):
                 j = Journal(journal)
                 gap = shared.gaps(j, killed_at)
