@@ -78,9 +78,9 @@ def count_rounds(store: PostgresStore) -> list[int]:
     keeper = store._keeper
     keeper_pass = keeper.one_round
 
-    def counted_pass(*args: Any, **kwargs: Any) -> None:
+    def counted_pass(*args: Any, **kwargs: Any) -> bool:
         try:
-            keeper_pass(*args, **kwargs)
+            return keeper_pass(*args, **kwargs)
         finally:
             rounds[0] += 1
 
@@ -1249,6 +1249,32 @@ def test_a_dead_process_keys_beyond_one_claim_are_taken_over_back_to_back(dsn: s
     try:
         wait_for(lambda: store.held() == keys, 15.0, "every key of the dead process taken over")
         wait_for(lambda: len(keyed) == keys, 15.0, "and armed here")
+    finally:
+        keyed.close()
+
+
+@pytest.mark.realtime  # real keeper rounds (every 20 s here); what they do over 1.5 s
+def test_a_claim_of_rows_it_cannot_read_is_not_made_again_at_once(dsn: str) -> None:
+    """A round that claimed a whole chunk is followed by the next at once; rows it cannot read are given
+    back as soon as they are claimed. A chunk of such rows must not be claimed and given back again and
+    again at full speed: only a chunk of keys it took up is followed at once."""
+    from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
+
+    store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) SELECT "
+        "'\"bad' || i || '\"', '{not json', 1, 'pending', 0 FROM generate_series(1, %s) i",
+        CLAIM_CHUNK + 10,
+    )
+    rounds = count_rounds(store)
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        wait_for(lambda: rounds[0] >= 1, 10.0, "a first keeper round")
+        time.sleep(1.5)  # (rounds back to back would be several by then)
+        assert rounds[0] <= 2
+        assert sql(dsn, "SELECT count(*) FROM timerwheel_keys WHERE owner IS NOT NULL") == [(0,)]
     finally:
         keyed.close()
 

@@ -230,7 +230,7 @@ class Keeper:
                     )
             if keys:
                 holder.adopt(keys, fires, stamp)
-            return bool(len(rows) == CLAIM_CHUNK < share - count)
+            return bool(len(keys) == CLAIM_CHUNK < share - count)  # (not again at once for rows it gave back)
         return False
 
     def readable(
