@@ -1279,6 +1279,64 @@ def test_a_claim_of_rows_it_cannot_read_is_not_made_again_at_once(dsn: str) -> N
         keyed.close()
 
 
+@pytest.mark.realtime  # real keeper rounds (every 20 s here); a bound of 15 s, under one round's period
+def test_a_row_it_cannot_read_does_not_hold_up_the_takeover_in_chunks(dsn: str) -> None:
+    """A row it cannot read, due first, is claimed with every chunk and given back: a dead process's
+    keys then came one chunk (less that row) per renewal period, and a round that claimed no whole chunk
+    of readable keys did not go on at once. Rows given back as unreadable are passed over by the claims
+    that follow (until the next full round)."""
+    from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
+
+    keys = 2 * CLAIM_CHUNK + 500
+    store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
+    sql(dsn, "INSERT INTO timerwheel_leases (id, lease_until) VALUES ('dead', now() - interval '1 minute')")
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) SELECT "
+        "'\"k' || i || '\"', 'null', 1, 'pending', 4102444800000000, 'dead' FROM generate_series(1, %s) i",
+        keys,
+    )
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) "
+        "VALUES ('\"bad\"', '{not json', 1, 'pending', 0, 'dead')",
+    )
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        wait_for(lambda: store.held() == keys, 15.0, "every readable key of the dead process taken over")
+    finally:
+        keyed.close()
+
+
+@pytest.mark.realtime  # real keeper rounds (every second here); a bound of 6 s
+def test_a_chunk_of_rows_it_cannot_read_does_not_hold_up_every_claim(dsn: str) -> None:
+    """A whole chunk of rows it cannot read, due first, filled every claim: each was given back, and the
+    readable keys behind them were never claimed, never run. The rows given back are passed over by the
+    next claim."""
+    from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
+
+    store = PostgresStore(dsn, lease=3.0)
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) SELECT "
+        "'\"bad' || i || '\"', '{not json', 1, 'pending', 0 FROM generate_series(1, %s) i",
+        CLAIM_CHUNK,
+    )
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) "
+        "VALUES ('\"good\"', 'null', 1, 'pending', 4102444800000000)",
+    )
+    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
+    keyed.start()
+    try:
+        wait_for(lambda: store.held() == 1, 6.0, "the one readable key claimed")
+        assert keyed.get("good") is not None
+    finally:
+        keyed.close()
+
+
 def test_a_shed_on_its_way_is_not_shed_again_by_the_next_keeper_round(dsn: str) -> None:
     """A keeper round counts in the database the keys this process holds, and gives back what is over its
     share: applied here, then written by the writer. A round whose count was read before the previous

@@ -45,6 +45,10 @@ class Keeper:
         self._valid_until = 0.0  # monotonic: when the leases held lapse unless renewed
         self._lost_said = False
         self._unreadable: set[tuple[str, str]] = set()  # (table, stored key) of rows said to be unreadable
+        # Stored keys it gave back as claimed, unreadable: not claimed again until the next full round
+        # (they would fill every claim ahead of the keys it can read; a row mended meanwhile is claimed
+        # then).
+        self._passed_over: set[str] = set()
         self._rounds = 0  # rounds since the last full read of the keys held (0: the next round reads them)
         # A take found its lease lapsed, or a key it holds held elsewhere: the next round reads the keys
         # it holds in full (another process may have claimed some of them).
@@ -170,6 +174,7 @@ class Keeper:
         self._valid_until = started + self.lease
         if full:
             holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
+            self._passed_over.clear()
         share = -(-total // live)
         if count > share:
             if not shedding:
@@ -200,10 +205,10 @@ class Keeper:
                 ]
                 rows = conn.execute(
                     f"UPDATE timerwheel_keys SET owner = %s WHERE key IN (SELECT key FROM timerwheel_keys k "
-                    f"WHERE owner IS NULL OR owner = ANY(%s) OR NOT EXISTS (SELECT 1 FROM timerwheel_leases "
-                    f"l WHERE l.id = k.owner) ORDER BY next_run_at NULLS LAST LIMIT %s FOR UPDATE SKIP "
-                    f"LOCKED) RETURNING {COLUMNS}",
-                    (self.owner_id, dead, min(share - count, CLAIM_CHUNK)),
+                    f"WHERE (owner IS NULL OR owner = ANY(%s) OR NOT EXISTS (SELECT 1 FROM timerwheel_leases "
+                    f"l WHERE l.id = k.owner)) AND key <> ALL(%s) ORDER BY next_run_at NULLS LAST LIMIT %s "
+                    f"FOR UPDATE SKIP LOCKED) RETURNING {COLUMNS}",
+                    (self.owner_id, dead, sorted(self._passed_over), min(share - count, CLAIM_CHUNK)),
                 ).fetchall()
                 # Every row checked as it is read: one this timerwheel cannot read (written by hand, by
                 # another program) is given back at once, exactly as it is, and the others go on.
@@ -228,9 +233,11 @@ class Keeper:
                         "UPDATE timerwheel_keys SET owner = NULL WHERE key = ANY(%s) AND owner = %s",
                         (sorted(unreadable), self.owner_id),
                     )
+                    self._passed_over |= unreadable
             if keys:
                 holder.adopt(keys, fires, stamp)
-            return bool(len(keys) == CLAIM_CHUNK < share - count)  # (not again at once for rows it gave back)
+            # (a whole chunk: each such round takes up keys, or finds rows it passes over from then on)
+            return bool(len(rows) == CLAIM_CHUNK < share - count)
         return False
 
     def readable(
