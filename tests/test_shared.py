@@ -88,6 +88,25 @@ def count_rounds(store: PostgresStore) -> list[int]:
     return rounds
 
 
+def rows_by_hand(
+    dsn: str, n: int, prefix: str, data: str, next_run_at: int, owner: str | None = None
+) -> None:
+    """n keys written into timerwheel_keys by hand ("prefix1" .. "prefixN"), generation 1, pending."""
+    sql(
+        dsn,
+        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) SELECT "
+        "'\"' || %s || i || '\"', %s, 1, 'pending', %s, %s FROM generate_series(1, %s) i",
+        prefix,
+        data,
+        next_run_at,
+        owner,
+        n,
+    )
+
+
+LATER = 4102444800000000  # (2100, in microseconds)
+
+
 def wait_for(predicate: Any, timeout: float, what: str) -> float:
     """Poll until predicate() is true; the seconds it took. (Polling a state that other threads and the
     database change: the timeout is a bound, the figure is what a test reports.)"""
@@ -1229,25 +1248,25 @@ def test_a_key_upserted_during_a_keeper_round_is_not_given_back_by_it(dsn: str) 
 
 
 @pytest.mark.realtime  # real keeper rounds (every 20 s here); a bound of 15 s, under one round's period
-def test_a_dead_process_keys_beyond_one_claim_are_taken_over_back_to_back(dsn: str) -> None:
+@pytest.mark.parametrize("unreadable", [False, True], ids=["readable", "with-a-row-it-cannot-read"])
+def test_a_dead_process_keys_beyond_one_claim_are_taken_over_back_to_back(dsn: str, unreadable: bool) -> None:
     """A claim takes CLAIM_CHUNK keys at most (one transaction); the rest waited for the next rounds, one
     every lease / 3: a dead process's 10^5 keys took several periods to be taken over, past lease +
-    lease / 3. A round that claimed a whole chunk, short of its share, is followed by the next at once."""
+    lease / 3. A round that claimed a whole chunk, short of its share, is followed by the next at once;
+    a row it cannot read, due first (given back as claimed), does not stand in every chunk: the claims
+    that follow pass over it."""
     from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
 
     keys = 2 * CLAIM_CHUNK + 500
     store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
     sql(dsn, "INSERT INTO timerwheel_leases (id, lease_until) VALUES ('dead', now() - interval '1 minute')")
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) SELECT "
-        "'\"k' || i || '\"', 'null', 1, 'pending', 4102444800000000, 'dead' FROM generate_series(1, %s) i",
-        keys,
-    )
+    rows_by_hand(dsn, keys, "k", "null", LATER, "dead")
+    if unreadable:
+        rows_by_hand(dsn, 1, "bad", "{not json", 0, "dead")
     keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
     keyed.start()
     try:
-        wait_for(lambda: store.held() == keys, 15.0, "every key of the dead process taken over")
+        wait_for(lambda: store.held() == keys, 15.0, "every readable key of the dead process taken over")
         wait_for(lambda: len(keyed) == keys, 15.0, "and armed here")
     finally:
         keyed.close()
@@ -1261,12 +1280,7 @@ def test_a_claim_of_rows_it_cannot_read_is_not_made_again_at_once(dsn: str) -> N
     from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
 
     store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) SELECT "
-        "'\"bad' || i || '\"', '{not json', 1, 'pending', 0 FROM generate_series(1, %s) i",
-        CLAIM_CHUNK + 10,
-    )
+    rows_by_hand(dsn, CLAIM_CHUNK + 10, "bad", "{not json", 0)
     rounds = count_rounds(store)
     keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
     keyed.start()
@@ -1279,36 +1293,6 @@ def test_a_claim_of_rows_it_cannot_read_is_not_made_again_at_once(dsn: str) -> N
         keyed.close()
 
 
-@pytest.mark.realtime  # real keeper rounds (every 20 s here); a bound of 15 s, under one round's period
-def test_a_row_it_cannot_read_does_not_hold_up_the_takeover_in_chunks(dsn: str) -> None:
-    """A row it cannot read, due first, is claimed with every chunk and given back: a dead process's
-    keys then came one chunk (less that row) per renewal period, and a round that claimed no whole chunk
-    of readable keys did not go on at once. Rows given back as unreadable are passed over by the claims
-    that follow (until the next full round)."""
-    from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
-
-    keys = 2 * CLAIM_CHUNK + 500
-    store = PostgresStore(dsn, lease=60.0)  # (the schema made; its keeper starts with the KeyedScheduler)
-    sql(dsn, "INSERT INTO timerwheel_leases (id, lease_until) VALUES ('dead', now() - interval '1 minute')")
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) SELECT "
-        "'\"k' || i || '\"', 'null', 1, 'pending', 4102444800000000, 'dead' FROM generate_series(1, %s) i",
-        keys,
-    )
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at, owner) "
-        "VALUES ('\"bad\"', '{not json', 1, 'pending', 0, 'dead')",
-    )
-    keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
-    keyed.start()
-    try:
-        wait_for(lambda: store.held() == keys, 15.0, "every readable key of the dead process taken over")
-    finally:
-        keyed.close()
-
-
 @pytest.mark.realtime  # real keeper rounds (every second here); a bound of 6 s
 def test_a_chunk_of_rows_it_cannot_read_does_not_hold_up_every_claim(dsn: str) -> None:
     """A whole chunk of rows it cannot read, due first, filled every claim: each was given back, and the
@@ -1317,22 +1301,13 @@ def test_a_chunk_of_rows_it_cannot_read_does_not_hold_up_every_claim(dsn: str) -
     from timerwheel._stores.postgres.keeper import CLAIM_CHUNK
 
     store = PostgresStore(dsn, lease=3.0)
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) SELECT "
-        "'\"bad' || i || '\"', '{not json', 1, 'pending', 0 FROM generate_series(1, %s) i",
-        CLAIM_CHUNK,
-    )
-    sql(
-        dsn,
-        "INSERT INTO timerwheel_keys (key, data, generation, state, next_run_at) "
-        "VALUES ('\"good\"', 'null', 1, 'pending', 4102444800000000)",
-    )
+    rows_by_hand(dsn, CLAIM_CHUNK, "bad", "{not json", 0)
+    rows_by_hand(dsn, 1, "good", "null", LATER)
     keyed = KeyedScheduler(ThreadedScheduler(wall_clock=store.wall), every(3600), print, store=store)
     keyed.start()
     try:
         wait_for(lambda: store.held() == 1, 6.0, "the one readable key claimed")
-        assert keyed.get("good") is not None
+        assert keyed.get("good1") is not None
     finally:
         keyed.close()
 
