@@ -59,19 +59,22 @@ def at(seconds: float) -> datetime:
 
 
 class Life:
-    """One life of a process: a Scheduler on the clock and a KeyedScheduler on the file."""
+    """One life of a process: a Scheduler on the clock and a KeyedScheduler on the file at `path` (or on
+    the store given), recording its runs, missed fires and changes of state."""
 
-    def __init__(self, path: Path, clock: ManualClock, **kwargs: Any) -> None:
+    def __init__(self, path: Path | Any, clock: ManualClock, **kwargs: Any) -> None:
         self.clock = clock
         self.ran: list[tuple[Any, float]] = []
         self.missed: list[tuple[Any, int, float, float]] = []
+        self.states: list[tuple[Any, KeyState, KeyState]] = []
         kwargs.setdefault("on_missed", self._missed)
+        kwargs.setdefault("on_state_change", lambda key, old, new: self.states.append((key, old, new)))
         self.sched = Scheduler(clock)
         self.keyed = KeyedScheduler(
             self.sched,
             kwargs.pop("next_run", every),
             kwargs.pop("run", self._run),
-            store=SQLiteStore(path),
+            store=SQLiteStore(path) if isinstance(path, (str, os.PathLike)) else path,
             **kwargs,
         )
 
@@ -840,11 +843,11 @@ def test_a_file_of_a_schema_it_does_not_read_is_refused_and_left_as_it_was(tmp_p
     future = tmp_path / "future.db"
     db = sqlite3.connect(future)
     db.execute("CREATE TABLE timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '2')")
+    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '3')")
     db.commit()
     db.close()
     before = future.read_bytes()
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match="schema version 3"):
         SQLiteStore(future)
     assert future.read_bytes() == before
 
@@ -888,7 +891,7 @@ def opened_and_loaded(path: Path, clock: ManualClock) -> None:
         store.close()
 
 
-GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None)  # a key's row
+GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None, 0)  # a key's row
 AT = 1_736_165_000_000_000
 FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
 
@@ -922,8 +925,9 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param(
             "keys", (*GOOD[:4], "soon", *GOOD[5:]), "bad.* its next_run_at is 'soon'", id="next-text"
         ),
-        pytest.param("keys", (*GOOD[:5], FAR, None), f"bad.* its last_scheduled_for is {FAR}", id="last"),
-        pytest.param("keys", (*GOOD[:6], b"\x00"), "bad.* its last_error is bytes", id="error-blob"),
+        pytest.param("keys", (*GOOD[:5], FAR, None, 0), f"bad.* its last_scheduled_for is {FAR}", id="last"),
+        pytest.param("keys", (*GOOD[:6], b"\x00", 0), "bad.* its last_error is bytes", id="error-blob"),
+        pytest.param("keys", (*GOOD[:7], 2), "bad.* its paused is 2, not a boolean", id="paused"),
         pytest.param("fires", ("nope", 1, AT, 0, None, None, 1), "'nope'.* timerwheel_fires", id="fire-key"),
         pytest.param(
             "fires", (GOOD[0], -2, AT, 0, None, None, 1), "bad.* its generation is -2", id="fire-gen"
@@ -976,10 +980,11 @@ def test_a_row_it_cannot_read_leaves_the_store_free_for_another_thread_to_close(
 def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) -> None:
     a_store_with_rows(path, clock)
     db = sqlite3.connect(path)
-    for state in KeyState:
+    for state in KeyState:  # (a paused key: a row of any state, paused)
+        paused = state is KeyState.PAUSED
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL)",
-            (f'"{state.value}"', state.value),
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?)",
+            (f'"{state.value}"', "disabled" if paused else state.value, paused),
         )
     db.commit()
     db.close()

@@ -28,11 +28,13 @@ import pytest
 
 from timerwheel import (
     KeyedScheduler,
+    KeyState,
     PostgresStore,
     Scheduler,
     StoreError,
     ThreadedScheduler,
 )
+from timerwheel._stores import StoredKey
 from timerwheel._stores.postgres import SCHEMA_VERSION
 from timerwheel._stores.postgres.schema import CLAIM_ID
 from timerwheel.testing import ManualClock
@@ -259,6 +261,7 @@ def test_a_version_4_schema_is_migrated_and_its_processes_keys_go_to_the_new_one
 
     PostgresStore(dsn, lease=30.0).close()
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
+    sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN paused")  # (version 6's)
     sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
     sql(dsn, "CREATE TABLE timerwheel_owners (id text PRIMARY KEY, lease_until timestamptz NOT NULL)")
     sql(
@@ -1979,3 +1982,63 @@ def test_four_processes_through_two_outages_lose_no_fire(pg_own_server: Any, tmp
     assert in_outages  # (the race was run: fires fell due in the outages, and ran after them)
     assert result["twice"] == {}
     assert result["lost"] == []
+
+
+# -- pause and resume, seen by every process ------------------------------------------------------------
+
+
+@pytest.mark.realtime
+def test_a_key_paused_by_another_process_runs_nothing_from_the_pause_on(dsn: str) -> None:
+    """b pauses a key that a holds: the database refuses a's takes from the moment pause() returns, and
+    a shows the key PAUSED (it hears of it, or its next take is refused). Resumed by b, a runs it again,
+    the pause treated as downtime (catch_up=ONCE: one run of the latest fire it missed; the others
+    reported to on_missed). Tolerances: 2 s for a loaded CI machine to hear a NOTIFY."""
+    runs: collections.Counter[Any] = collections.Counter()
+    missed: list[tuple[Any, int]] = []
+    a = Node(dsn, runs, next_run=every(0.1), on_missed=lambda k, d, n, first, last: missed.append((k, n)))
+    b = Node(dsn, runs, next_run=every(3600))
+    a.keyed.upsert("k")
+    wait_for(lambda: any(k == "k" for k, _ in runs), 2.0, "k runs on a")
+    assert b.keyed.pause("k") is True  # (held by a)
+    paused_at = a.store.wall()
+    wait_for(lambda: a.keyed.get("k").state is KeyState.PAUSED, 2.0, "a sees the pause")  # type: ignore[union-attr]
+    time.sleep(0.5)  # (five fires' worth: none may run)
+    assert not [at for k, at in runs if k == "k" and at > paused_at]
+    assert b.keyed.resume("k") is True
+    resumed_at = a.store.wall()
+    wait_for(lambda: any(k == "k" and at > resumed_at for k, at in runs), 2.0, "k runs again on a")
+    wait_for(lambda: bool(missed), 2.0, "a reports the fires missed while paused")
+    assert missed[0][0] == "k" and missed[0][1] >= 3
+    assert max(runs.values()) == 1
+    a.close()
+    b.close()
+
+
+@pytest.mark.realtime
+def test_a_resume_whose_notify_was_lost_is_found_by_the_holders_full_read(dsn: str) -> None:
+    """A resume written by hand (no NOTIFY: as one lost with a listener's connection) reaches the holder
+    at its next full read of the keys it holds (every tenth keeper round: 10 x lease / 3 = 3.3 s here;
+    the bound allows 10 s for a loaded CI machine)."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(0.1))
+    a.keyed.upsert("k")
+    a.keyed.pause("k")
+    assert a.keyed.get("k").state is KeyState.PAUSED  # type: ignore[union-attr]
+    sql(dsn, "UPDATE timerwheel_keys SET paused = false")
+    took = wait_for(lambda: a.keyed.get("k").state is not KeyState.PAUSED, 10.0, "a finds the resume")  # type: ignore[union-attr]
+    print(f"a lost resume found in {took:.1f} s")
+    wait_for(lambda: any(k == "k" for k, _ in runs), 2.0, "k runs")
+    a.close()
+
+
+def test_a_pause_of_a_key_no_process_holds_comes_with_its_claim(dsn: str) -> None:
+    """A key given back (nobody holds it) is paused: the process that claims it holds it paused, and runs
+    nothing of it until it is resumed."""
+    store = PostgresStore(dsn, lease=30.0)
+    store.put(StoredKey("k", "null", 1, "pending", 1_000, None, None))
+    store.release({"k": sql(dsn, "SELECT generation FROM timerwheel_keys")[0][0]})
+    assert store.set_paused(["k"], True) == ["k"]
+    holder = Holder()
+    keeper_round(store, holder)
+    assert [(r.key, r.paused) for r in holder.adopted] == [("k", True)]
+    store.close()

@@ -202,6 +202,77 @@ def test_a_run_before_its_time_is_caught() -> None:
         assert [v.invariant for v in cluster.violations] == ["no-early-run"]
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_paused_key_that_runs_is_caught(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from timerwheel._keyed.table import KeyTable
+
+    monkeypatch.setattr(KeyTable, "pause", lambda self, rec: None)  # (a bug: a pause that holds nothing)
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(2.0)
+        cluster.pause_key("a")
+        cluster.run_for(2.0)
+        assert {v.invariant for v in cluster.violations} == {"paused-runs-nothing"}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_resume_that_skips_the_paused_fires_silently_is_caught(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume that goes on at the next fire after now, without the catch-up's decision and its report
+    of the fires missed while paused: the oracle's no-lost-fire catches it."""
+    from timerwheel._keyed import recovery, shared
+
+    def silent(table: Any, recs: list[Any], wall_now: float, write: Any) -> None:
+        for rec in recs:
+            rec.paused = False
+            table.plan(rec, wall_now)
+
+    monkeypatch.setattr(recovery, "resume", silent)
+    monkeypatch.setattr(shared, "resume", silent)
+    processes = 2 if store == "shared" else 1
+    cluster = SimulatedCluster(
+        every_second, lambda key, data: None, store=store, processes=processes, points=True
+    )
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(2.0)
+        cluster.pause_key("a")
+        cluster.run_for(10.0)
+        cluster.resume_key("a")
+        cluster.quiet()
+        assert {v.invariant for v in cluster.violations} == {"no-lost-fire"}
+
+
+def test_a_pause_during_a_takeover_holds_and_the_resume_reaches_the_new_holder() -> None:
+    """The holder of a key is killed; another process pauses the key while its lease runs out (the key
+    is claimed paused by a survivor); then a third process resumes it: every invariant holds, the key
+    ran nothing while paused, and the fires missed meanwhile were run or reported."""
+    cluster = SimulatedCluster(every_second, lambda key, data: None, processes=3, lease=3.0, points=True)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        holder = cluster.holder("a")
+        assert holder is not None
+        others = [p for p in cluster.live() if p is not holder]
+        cluster.kill(holder)
+        cluster.run_for(0.5)
+        cluster.pause_key("a", others[0])
+        cluster.run_for(8.0)  # (past lease + lease / 3: a survivor claimed it, paused)
+        new = cluster.holder("a")
+        assert new is not None and new is not holder
+        info = new.keyed.get("a")
+        assert info is not None and info.state.name == "PAUSED"
+        paused_at = cluster.now
+        cluster.resume_key("a", others[-1])
+        cluster.quiet()
+        cluster.check()
+        assert not [r for r in cluster.runs if r.key == "a" and paused_at - 7.5 < r.started < paused_at]
+        assert any(r.key == "a" and r.started > paused_at for r in cluster.runs)
+        assert cluster.missed  # (the fires of the pause, reported at resume)
+
+
 # -- the public API and the command ---------------------------------------------------------------------
 
 

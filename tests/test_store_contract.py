@@ -13,7 +13,8 @@ A new store is correct when it passes this suite. The guarantees:
   the rerun of an unfinished fire, which counts one more attempt;
 - the fires started and not finished are given back to the next holder (load(), or a claim);
 - shared stores: a take, a completion and a save are fenced by the holder and the generation; a holder
-  whose lease lapsed loses its keys to a claim, with their unfinished fires;
+  whose lease lapsed loses its keys to a claim, with their unfinished fires; a paused key's fires are
+  refused to its holder (whoever paused it), and the pause is kept by every other write;
 - bad input is refused with an error naming it, and leaves the store as it was.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 
 from timerwheel import MemoryStore, SQLiteStore, StoreError
-from timerwheel._stores import FinishedFire, StoredFire, StoredKey
+from timerwheel._stores import TAKE_PAUSED, FinishedFire, StoredFire, StoredKey
 
 US = 1_000_000
 T = 1_800_000_000 * US  # a time in the fires' unit (microseconds since the epoch)
@@ -49,6 +50,7 @@ class Holder:
         self.fires: list[StoredFire] = []
         self.reconciled: list[dict[Any, int]] = []
         self.shed_counts: list[int] = []
+        self.flags: dict[Any, bool] = {}  # what it was told of its keys' pauses
 
     def stamp(self) -> int:
         return 0
@@ -71,6 +73,9 @@ class Holder:
 
     def changed(self, changes: Any, stamp: int, removed: Any) -> None:
         pass
+
+    def paused(self, flags: dict[Any, bool], stamp: int) -> None:
+        self.flags.update(flags)
 
     def lost(self) -> None:
         pass
@@ -296,6 +301,19 @@ def test_a_change_that_returned_is_there_after_a_crash(backend: Backend) -> None
     assert set(keys) == {"a"} and keys["a"].data == '{"v":2}' and keys["a"].generation == g2 >= g1
 
 
+def test_a_pause_that_returned_is_there_after_a_crash(backend: Backend) -> None:
+    """A local store keeps a row's pause as its writes give it; a shared one as set_paused sets it."""
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("k"))
+    if backend.shared:
+        store.set_paused(["k"], True)
+    else:
+        store.save([row("k", g)._replace(paused=True)])
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["k"].paused is True
+
+
 def test_a_generation_never_goes_back(backend: Backend) -> None:
     durable(backend)
     store = backend.open()
@@ -479,6 +497,54 @@ def test_a_release_at_a_stale_generation_keeps_the_newer_one_held(backend: Backe
     g2 = a.put(row("k", g1 + 1))
     a.release({"k": g1})
     assert a.start_fire(row("k", g2, state="running", at=None), T, T, False) == 1  # still held by a
+
+
+# -- shared stores: a pause, seen by every process -----------------------------------------------------------
+
+
+def test_a_paused_keys_fires_are_refused_until_it_is_resumed(backend: Backend) -> None:
+    """Any process pauses any key (held by another): from the commit on, its holder's take of a fire
+    answers TAKE_PAUSED and writes nothing; resumed, the same take is taken."""
+    shared(backend)
+    a, b = backend.open(), backend.open()
+    g = a.put(row("k"))
+    running = row("k", g, state="running", at=None)
+    assert b.set_paused(["k", "nothing"], True) == ["k"]  # (held by a; "nothing" is not stored)
+    assert a.start_fire(running, T, T, False) == TAKE_PAUSED
+    assert b.set_paused(["k"], True) == ["k"]  # (paused again: the key is there, nothing changes)
+    assert b.set_paused(["k"], False) == ["k"]
+    assert a.start_fire(running, T, T, False) == 1
+
+
+def test_pausing_every_key_returns_those_it_changed(backend: Backend) -> None:
+    shared(backend)
+    a = backend.open()
+    for key in "abc":
+        a.put(row(key))
+    a.set_paused(["a"], True)
+    assert sorted(a.set_paused(None, True)) == ["b", "c"]
+    assert a.set_paused(None, True) == []
+    assert sorted(a.set_paused(None, False)) == ["a", "b", "c"]
+
+
+def test_a_pause_is_kept_by_an_upsert_and_comes_with_a_claim(backend: Backend) -> None:
+    """Only set_paused changes the flag: an upsert (a new generation) and the holder's writes leave it,
+    and the process that claims the key next reads it; the holder is told of it at its full read."""
+    shared(backend)
+    a = backend.open()
+    g = a.put(row("k"))
+    a.set_paused(["k"], True)
+    g = a.put(row("k", g))
+    a.save([row("k", g, state="pending", at=T + US)])
+    told = Holder()
+    backend.claim(a, told)  # type: ignore[attr-defined]  # (its first round reads what it holds in full)
+    assert told.flags == {"k": True}
+    backend.lapse(a)  # type: ignore[attr-defined]
+    b = backend.open()
+    holder = Holder()
+    backend.claim(b, holder)  # type: ignore[attr-defined]
+    assert [(r.key, r.paused) for r in holder.adopted] == [("k", True)]
+    assert b.start_fire(row("k", g, state="running", at=None), T, T, False) == TAKE_PAUSED
 
 
 # -- bad input changes nothing ----------------------------------------------------------------------------

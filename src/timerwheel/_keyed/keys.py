@@ -22,12 +22,14 @@ if TYPE_CHECKING:
 class KeyState(enum.Enum):
     """Where a key stands: PENDING (armed for next_run_at), RUNNING (a run of it is going), DISABLED
     (next_run gave None, Reschedule.NONE after a run, or the scheduler closed), INVALID (next_run raised or
-    gave something that is not an aware datetime; see last_error)."""
+    gave something that is not an aware datetime; see last_error), PAUSED (KeyedScheduler.pause: not
+    armed until resume(); a run that was going goes on, and KeyInfo.running says so)."""
 
     PENDING = "pending"
     RUNNING = "running"
     DISABLED = "disabled"
     INVALID = "invalid"
+    PAUSED = "paused"
 
 
 class Reschedule(enum.Enum):
@@ -98,6 +100,7 @@ class KeyedStats:
 
 class KeyInfo(NamedTuple):
     """A key as it stands, from get() and snapshot() (a named tuple: cheap to make by the million).
+    A paused key shows PAUSED, with next_run_at None (it runs nothing until resumed).
 
     Attributes:
         key: the key.
@@ -147,6 +150,7 @@ class Key(WallTimer):
         "last_scheduled_for",
         "next_run_at",
         "owner",
+        "paused",
         "retake",
         "running",
         "state",
@@ -163,6 +167,9 @@ class Key(WallTimer):
         self.state = KeyState.DISABLED
         self.next_run_at: float | None = None  # POSIX seconds
         self.running = 0
+        # Paused (KeyedScheduler.pause): never armed until resumed. `state` and `next_run_at` go on saying
+        # what the key would do (its plan: the fire the pause holds back), and KeyInfo shows PAUSED.
+        self.paused = False
         self.last_error: str | None = None
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
@@ -189,7 +196,7 @@ class Key(WallTimer):
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
         error), and its latest started fire (`started`, or its own). The one place a row is made."""
         latest = self.last_scheduled_for if started is None else started
-        return StoredKey(self.key, data, generation, state.value, us(at), us(latest), last_error)
+        return StoredKey(self.key, data, generation, state.value, us(at), us(latest), last_error, self.paused)
 
     def fire(self) -> None:
         """Its next run came (drain() calls it): hand the run to the scheduler."""
@@ -199,13 +206,13 @@ class Key(WallTimer):
         # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
         # store still gets when a run that goes on past close() ends)
         closed = self.owner.closed
-        at = None if closed else self.next_run_at
+        at = None if closed or self.paused else self.next_run_at
         return _new_info(
             KeyInfo,
             (
                 self.key,
                 value_of(self.data),
-                KeyState.DISABLED if closed else self.state,
+                KeyState.DISABLED if closed else KeyState.PAUSED if self.paused else self.state,
                 None if at is None else from_posix(at, UTC),
                 self.running > 0,
                 self.last_error,

@@ -56,19 +56,29 @@ class Plan:
 
 
 def decide(
-    rec: Key, unfinished: Iterable[StoredFire], wall_now: float, policy: Policy, evaluate: Evaluate
+    rec: Key,
+    unfinished: Iterable[StoredFire],
+    wall_now: float,
+    policy: Policy,
+    evaluate: Evaluate,
+    queued: Iterable[tuple[float, bool]] = (),
 ) -> Plan:
-    """What a stored key does at start (or when a shared store's claim brings it here): its
-    interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up, misfire_grace),
-    then its timer. Decided only: nothing changes until apply_all."""
+    """What a stored key does at start (or when a shared store's claim brings it here, or when it is
+    resumed): its interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up,
+    misfire_grace), then its timer. `queued`: fires decided already (a resumed key's catch-up queue):
+    they run first, as they are, and the missed fires are those after them. Decided only: nothing
+    changes until apply_all."""
     plan = Plan(rec.state, rec.next_run_at, rec.last_error)
     queue = plan.queue
-    base = rec.next_run_at
+    queue += queued  # (decided already: they stand for the catch-up run, as an interrupted fire does)
+    base = rec.next_run_at if not queue else _as_if_ended(rec, queue[-1][0], evaluate)
     interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
     # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
     # fire log as unfinished (rerun, or abandoned, below), and so is every unfinished one (the row
     # may say less: a run's end written after a later fire's take).
     started = rec.last_scheduled_for
+    if queue and (started is None or queue[-1][0] > started):
+        started = queue[-1][0]
     for fire in unfinished:
         when = fire.scheduled_for / 1_000_000
         if fire.generation != rec.generation:
@@ -229,12 +239,25 @@ def decide_all(
 ) -> tuple[list[tuple[Key, int, Plan]], list[StoredKey], list[FinishedFire]]:
     """Stored keys (loaded at start, or claimed from a shared store): decide what each does about its
     interrupted fires and the fires it missed (decide), and the rows and finished fires that record
-    it (for the caller to write in one transaction). Nothing is applied yet (see apply_all)."""
+    it (for the caller to write in one transaction). Nothing is applied yet (see apply_all). A paused
+    key is decided about when it is resumed (see resume): its unfinished fires are kept for then."""
+    if any(rec.paused for rec in recs):
+        for rec in recs:
+            if rec.paused and rec.key in table.unfinished:
+                table.paused_fires[rec.key] = table.unfinished.pop(rec.key)
+        recs = [rec for rec in recs if not rec.paused]
     plans = [
         (
             rec,
             rec.generation,
-            decide(rec, table.unfinished.get(rec.key, ()), wall_now, table.policy, table.evaluate),
+            decide(
+                rec,
+                table.unfinished.get(rec.key, ()),
+                wall_now,
+                table.policy,
+                table.evaluate,
+                rec.catch_up or (),
+            ),
         )
         for rec in recs
     ]
@@ -251,8 +274,9 @@ def decide_all(
     return plans, rows, finished
 
 
-def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]]) -> None:
-    """Apply what decide_all decided and wrote: arm the keys, then tell on_missed."""
+def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]], paused: bool = False) -> None:
+    """Apply what decide_all decided and wrote: arm the keys, then tell on_missed (`paused`: of fires
+    missed while the keys were paused)."""
     summary = [0, 0]  # keys, fires
     for rec, generation, plan in plans:
         if table.closed or table.keys.get(rec.key) is not rec or rec.generation != generation:
@@ -276,11 +300,94 @@ def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]]) -> None:
             summary[0],
             table.store.name,
             summary[1],
-            "no process held them" if table.shared else "the process was down",
+            _while(table, paused),
             table.policy.catch_up.name,
             table.policy.max_catch_up,
             table.policy.grace,
         )
     for rec, _, plan in plans:  # (after every key is armed: a callback that changes keys is final)
         if plan.skipped:
-            table.report_missed(rec, plan.skipped, plan.beyond)
+            table.report_missed(rec, plan.skipped, plan.beyond, _while(table, paused))
+
+
+def _while(table: KeyTable, paused: bool) -> str:
+    if paused:
+        return "paused"
+    return "no process held them" if table.shared else "the process was down"
+
+
+def resume(
+    table: KeyTable,
+    recs: list[Key],
+    wall_now: float,
+    write: Callable[[list[StoredKey], list[FinishedFire]], object] | None,
+) -> None:
+    """Paused keys resumed: the pause was downtime, and the same rules as a restart decide what runs
+    (decide: the fires it held back and those that fell due meanwhile, catch_up, max_catch_up,
+    misfire_grace; an interrupted fire found as it was loaded, recover). A key whose run goes on is
+    planned when the run ends, as always. `write(rows, finished)` records what was decided (every
+    resumed key's row, not paused), before anything is applied; if it raises, the keys stay paused and
+    nothing changed."""
+    recs = [rec for rec in recs if rec.paused]
+    fires = {rec.key: table.paused_fires.pop(rec.key) for rec in recs if rec.key in table.paused_fires}
+    for rec in recs:
+        rec.paused = False
+    table.unfinished.update(fires)
+    # (a run going on, with no next run planned: its end plans the key)
+    waiting = [rec for rec in recs if rec.running and rec.next_run_at is None and not rec.catch_up]
+    idle = [rec for rec in recs if rec not in waiting]
+    try:
+        plans, rows, finished = decide_all(table, idle, wall_now)
+        if write is not None:
+            written = {row.key for row in rows}
+            rows += [
+                rec.row(table.encode(rec.data), rec.generation, rec.state, rec.next_run_at, rec.last_error)
+                for rec in recs
+                if rec.key not in written and table.keys.get(rec.key) is rec
+            ]
+            write(rows, finished)
+    except BaseException:
+        for rec in recs:
+            rec.paused = True
+        table.paused_fires.update(fires)
+        table.unfinished.clear()
+        raise
+    # The user sees PAUSED change to what the key does now (its state is set from PAUSED).
+    for rec in waiting:
+        rec.state, state = KeyState.PAUSED, rec.state
+        table.set_state(rec, state)
+    for rec, _, _ in plans:
+        rec.state = KeyState.PAUSED
+    apply_all(table, plans, paused=True)
+    for rec, _, _ in plans:
+        if rec.state is KeyState.PAUSED:  # (not applied: a callback replaced or removed it meanwhile)
+            rec.state = KeyState.DISABLED if rec.next_run_at is None else KeyState.PENDING
+        elif rec.running and rec.state is not KeyState.INVALID:
+            table.set_state(rec, KeyState.RUNNING)  # (a run goes on: BEFORE_RUN, armed meanwhile)
+
+
+def set_paused(table: KeyTable, keys: list[Hashable] | None, paused: bool) -> int:
+    """pause() and resume() of `keys` (None: every key) with a local store (memory, a file): the rows
+    written first (a store that fails changes nothing), then the keys paused, or resumed (see resume;
+    before start() a resumed key is only unpaused: start() decides about it). Returns how many of `keys`
+    there are, or (None) how many changed."""
+    recs = list(table.keys.values()) if keys is None else [table.keys[k] for k in keys if k in table.keys]
+    changing = [rec for rec in recs if rec.paused != paused]
+    write = table.store.save if table.durable else None
+    if paused or not table.started:
+        if write is not None and changing:
+            write([_row(table, rec, paused) for rec in changing])
+        for rec in changing:
+            if paused:
+                table.pause(rec)
+            else:
+                rec.paused = False
+                table.call(table.on_state_change, rec.key, KeyState.PAUSED, rec.state)
+    elif changing:
+        resume(table, changing, table.wall_now(), write)
+    return len(changing) if keys is None else len(recs)
+
+
+def _row(table: KeyTable, rec: Key, paused: bool) -> StoredKey:
+    row = rec.row(table.encode(rec.data), rec.generation, rec.state, rec.next_run_at, rec.last_error)
+    return StoredKey(*row[:7], paused)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .._engine import JobContext, log_safely
-from .._stores import FinishedFire, StoredKey
+from .._stores import TAKE_PAUSED, FinishedFire, StoredKey
 from .._types import RunOptions
 from .journal import Journal
 from .keys import (
@@ -277,6 +277,8 @@ class Runs:
     def _prepare(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
         if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
             return None
+        if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
+            return None
         if rec.running and self.table.reschedule is not Reschedule.BEFORE_RUN:
             # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
             # for its end, so that a key's runs never overlap (end() arms it again).
@@ -394,6 +396,19 @@ class Runs:
             rec.retake = (generation, scheduled_for, start.started_at)
         elif rec.retake is not None and rec.retake[:2] == (generation, scheduled_for):
             rec.retake = None
+        if taken == TAKE_PAUSED and not isinstance(taken, BaseException):
+            # Paused by another process (the store refuses its fires): paused here too, the fire kept as
+            # the key's plan (run, or missed, when it is resumed).
+            rec.running -= 1
+            if self.table.keys.get(rec.key) is rec and rec.generation == generation:
+                self.table.pause(rec)  # (the fire is still next_run_at, or its queue's head)
+                # (what the store's threads read of the key before now does not undo it; the store's
+                # keeper reads the keys' flags again at its next round: a resume since is found then)
+                self.table.taken(rec.key)
+            self.table.settle(rec)
+            if self.table.closed:
+                self.journal.release_store()
+            return STALE
         if isinstance(taken, BaseException) or not taken:
             rec.running -= 1
             current = (
@@ -641,7 +656,7 @@ class Runs:
         )
         keep_first(rec, scheduled_for, rerun)
         rec.last_error = message
-        if self.table.engine is not None and rec.id is None:
+        if self.table.engine is not None and rec.id is None and not rec.paused:
             self.table.engine.add_wall_timer(rec, wall_now + delay)
 
 

@@ -44,7 +44,7 @@ from .keys import (
     check_key,
     checked_key,
 )
-from .recovery import apply_all, decide_all, load
+from .recovery import apply_all, decide_all, load, set_paused
 from .runs import Runs, in_a_run
 from .shared import Pending, SharedKeys
 from .table import KeyTable
@@ -372,7 +372,7 @@ class KeyedScheduler:
                 engine is None
                 or not self._inline
                 or t.closed
-                or (rec is not None and rec.running)
+                or (rec is not None and (rec.running or rec.paused))
                 or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
                 pending = self._upsert(rec, key, data)
@@ -551,6 +551,81 @@ class KeyedScheduler:
         if not t.shared:
             return self.remove(key)
         return bool(await self._shared_keys.wait_async(self._shared_keys.delete(key)))
+
+    # -- pausing them ---------------------------------------------------------------------------------
+
+    def pause(self, key: Hashable) -> bool:
+        """Pause a key: it is not armed, and no fire of it starts, until resume(); it keeps its data,
+        generation and plan (the fire the pause holds back), and shows KeyState.PAUSED. A run going on
+        goes on to its end. An upsert() meanwhile changes its data and plan and leaves it paused. The
+        pause is stored: it holds across restarts, and with a shared store every process sees it (the
+        database refuses the key's fires from the moment pause() returns). Pausing a paused key does
+        nothing. O(1) (a commit with a durable store).
+
+        Returns:
+            False (no error) for a key it does not have (a shared store: that the database does not
+            have), else True.
+
+        Raises:
+            TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed. StoreError:
+                the store failed (nothing changed).
+        """
+        return bool(self._set_paused([checked_key(key)], True))
+
+    def resume(self, key: Hashable) -> bool:
+        """Resume a paused key. The pause counts as downtime: the fire it held back and those that fell
+        due meanwhile are decided by the same rules as after a restart (catch_up, max_catch_up,
+        misfire_grace; those not run are reported to on_missed and counted in stats().missed), then the
+        key goes on on its schedule. A key whose run goes on is planned when the run ends. Resuming a
+        key that is not paused does nothing.
+
+        Returns and raises as pause()."""
+        return bool(self._set_paused([checked_key(key)], False))
+
+    def pause_all(self) -> int:
+        """Pause every key (with a shared store: every key in the database, whichever process holds
+        it), as pause() does one. A key added later is not paused. Returns how many keys were paused by
+        this call (those paused already are not counted). Raises as pause()."""
+        return int(self._set_paused(None, True))
+
+    def resume_all(self) -> int:
+        """Resume every paused key (with a shared store: every one in the database), as resume() does
+        one. Returns how many were resumed. Raises as pause()."""
+        return int(self._set_paused(None, False))
+
+    async def apause(self, key: Hashable) -> bool:
+        """pause(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited."""
+        return bool(await self._aset_paused([checked_key(key)], True))
+
+    async def aresume(self, key: Hashable) -> bool:
+        """resume(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited."""
+        return bool(await self._aset_paused([checked_key(key)], False))
+
+    async def apause_all(self) -> int:
+        """pause_all(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited."""
+        return int(await self._aset_paused(None, True))
+
+    async def aresume_all(self) -> int:
+        """resume_all(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited."""
+        return int(await self._aset_paused(None, False))
+
+    def _set_paused(self, keys: list[Hashable] | None, paused: bool) -> int:
+        t = self._table
+        if t.shared:
+            return int(self._shared_keys.wait(self._shared_keys.set_paused(keys, paused)))
+        with self._lock:
+            t.check_open()
+            t.check_caller()
+            done = set_paused(t, keys, paused)
+        t.raise_held()
+        return done
+
+    async def _aset_paused(self, keys: list[Hashable] | None, paused: bool) -> int:
+        t = self._table
+        if not t.shared:
+            return self._set_paused(keys, paused)
+        t.check_caller()
+        return int(await self._shared_keys.wait_async(self._shared_keys.set_paused(keys, paused)))
 
     # -- reading them ---------------------------------------------------------------------------------
 

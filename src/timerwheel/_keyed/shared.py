@@ -14,10 +14,10 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from .._engine import log_safely
-from .._stores import StoredFire, StoredKey, StoreError
+from .._stores import FinishedFire, StoredFire, StoredKey, StoreError
 from .journal import Journal
-from .keys import check_key
-from .recovery import apply_all, decide_all
+from .keys import Key, check_key
+from .recovery import apply_all, decide_all, resume
 from .table import Change, KeyTable
 
 logger = logging.getLogger("timerwheel")
@@ -121,6 +121,47 @@ class SharedKeys:
                 return existed
 
             return Pending([key], seq, self.journal.changer().submit(self.table.store.delete, key), apply)
+
+    def set_paused(self, keys: list[Hashable] | None, paused: bool) -> Pending:
+        """pause() and resume() with a shared store: the flag committed by the changer for `keys` (None:
+        every key in the database), then applied to the keys held here (the holders elsewhere hear of
+        it). Its result: how many of `keys` the database has, or (None) how many it changed."""
+        with self.table.lock:
+            self.table.check_caller()
+            self.table.check_open()
+            targets = list(self.table.keys) if keys is None else keys
+            seq = self.changing(targets)
+
+            def apply(found: list[Hashable]) -> int:
+                known = set(found)
+                recs = []
+                for key in targets:
+                    rec = self.table.keys.get(key)
+                    applies = self.applies(key, seq)  # (asked of every key: see applies)
+                    named = keys is None or key in known
+                    if applies and named and rec is not None and rec.paused != paused:
+                        recs.append(rec)
+                if paused:
+                    for rec in recs:
+                        self.table.pause(rec)
+                elif recs and self.table.started:
+                    self.resume(recs)
+                else:
+                    for rec in recs:
+                        rec.paused = False
+                return len(found)
+
+            work = self.journal.changer().submit(self.table.store.set_paused, keys, paused)  # type: ignore[attr-defined]
+            return Pending(targets, seq, work, apply)
+
+    def resume(self, recs: list[Key]) -> None:
+        """Keys held here resumed (see recovery.resume): what was decided is written by the writer,
+        before any take of theirs (it writes in order)."""
+
+        def write(rows: list[StoredKey], finished: list[FinishedFire]) -> None:
+            self.journal.write(self.journal.save, rows, finished, f"what {len(rows)} resumed key(s) do")
+
+        resume(self.table, recs, self.table.wall_now(), write)
 
     def changing(self, keys: Iterable[Hashable]) -> int:
         """A user's change of `keys` is to be committed: its sequence number (see applies)."""
@@ -277,6 +318,25 @@ class SharedKeys:
                 self.table.forget(
                     key, cancel=self.table.cancel_on_remove if gone else self.table.cancel_on_replace
                 )
+
+        self.post(work)
+
+    def paused(self, flags: dict[Hashable, bool], stamp: int) -> None:
+        """Whether keys held here are paused, as the database says as of `stamp` (another process
+        paused or resumed them): paused, or resumed, here too."""
+
+        def work() -> None:
+            pause: list[Key] = []
+            unpause: list[Key] = []
+            for key, flag in flags.items():
+                rec = self.table.keys.get(key)
+                if rec is None or rec.paused == flag or self._fresh(key, stamp):
+                    continue
+                (pause if flag else unpause).append(rec)
+            for rec in pause:
+                self.table.pause(rec)
+            if unpause:
+                self.resume(unpause)
 
         self.post(work)
 

@@ -98,6 +98,9 @@ class KeyTable:
         self.floor = 0
         self.loaded: set[Hashable] = set()  # keys loaded from the store and not upserted since
         self.unfinished: dict[Hashable, list[StoredFire]] = {}  # their fires that never ended
+        # A paused key's fires that never ended (found as it was loaded or claimed): decided about when
+        # it is resumed, with the fires it missed meanwhile (see recovery.resume)
+        self.paused_fires: dict[Hashable, list[StoredFire]] = {}
         # shared: when each key was taken here (a stamp), so that what the database said before that
         # instant does not undo it (see SharedKeys)
         self.stamps: dict[Hashable, int] = {}
@@ -154,6 +157,7 @@ class KeyTable:
         rec.next_run_at = seconds_of(row.next_run_at)
         rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
         rec.last_error = row.last_error
+        rec.paused = bool(row.paused)
         return rec
 
     def forget(self, key: Hashable, cancel: bool | None = None) -> None:
@@ -161,6 +165,7 @@ class KeyTable:
         `cancel` (default: cancel_running_on_remove)."""
         rec = self.keys.pop(key)
         self.loaded.discard(key)
+        self.paused_fires.pop(key, None)
         rec.handed = None
         if self.shared:
             self.taken(key)  # (a tombstone: what the database said before now does not bring it back)
@@ -235,7 +240,7 @@ class KeyTable:
         rec.next_run_at = at
         rec.last_error = last_error
         engine = self.engine
-        if at is None:
+        if at is None or rec.paused:  # (a paused key keeps its plan, unarmed: see Key.paused)
             self.disarm(rec)
         elif (
             engine is not None and not self.closed and (rec.id is None or not engine.move_wall_timer(rec, at))
@@ -255,13 +260,23 @@ class KeyTable:
     def invalid(self, rec: Key, error: BaseException) -> None:
         self.planned(rec, error)
 
+    def pause(self, rec: Key) -> None:
+        """Pause a key (see KeyedScheduler.pause): its timer taken back, its plan kept; a run going on
+        goes on. The user is told of the change to PAUSED."""
+        if rec.paused:
+            return
+        old = rec.state
+        rec.paused = True
+        self.disarm(rec)
+        self.call(self.on_state_change, rec.key, old, KeyState.PAUSED)
+
     def disarm(self, rec: Key) -> None:
         if rec.id is not None and self.engine is not None:
             self.engine.cancel_timer(rec)
 
     def set_state(self, rec: Key, state: KeyState) -> None:
         old, rec.state = rec.state, state
-        if old is not state:
+        if old is not state and not rec.paused:  # (paused: the user sees PAUSED until resume)
             self.call(self.on_state_change, rec.key, old, state)
 
     # -- a user's change, committed by a durable store ------------------------------------------------
@@ -382,14 +397,14 @@ class KeyTable:
             self.held.error = None
             raise error
 
-    def report_missed(self, rec: Key, skipped: list[float], beyond: bool) -> None:
+    def report_missed(self, rec: Key, skipped: list[float], beyond: bool, why: str) -> None:
         count = len(skipped)
         logger.debug(
             "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",
             rec.key,
             "at least " if beyond else "",
             count,
-            "no process held it" if self.shared else "the process was down",
+            why,
             iso(skipped[0]),
             iso(skipped[-1]),
         )

@@ -25,6 +25,12 @@ class KeyStore(Protocol):
     order, each one's result or the StoreError it would raise) and `finish_fires(ends)` (a list of
     (row, FinishedFire)): the KeyedScheduler's writer then takes, and records the ends of, the fires
     queued together in one call each (PostgresStore does, in one round trip).
+
+    Pausing: a local store keeps a row's `paused` as every write gives it (the KeyedScheduler's memory is
+    the truth). A shared store keeps it as `set_paused(keys, paused)` sets it (keys: a list, or None for
+    every key; returns the keys it has, or, None, those it changed; the holders are told through
+    SharedHolder.paused) and leaves it in every other write; its take of a fire of a paused key answers
+    TAKE_PAUSED (-3), and writes nothing.
     """
 
     durable: bool
@@ -116,6 +122,11 @@ class SharedHolder(Protocol):
 
     def changed(self, changes: dict[Hashable, int | None], stamp: int, removed: set[Hashable]) -> None:
         """Keys another process changed (key: generation, None when unknown) or removed, as heard."""
+        ...
+
+    def paused(self, flags: dict[Hashable, bool], stamp: int) -> None:
+        """Whether keys held here are paused (key: flag), as the database says as of `stamp` (another
+        process paused or resumed them; told as it is heard, and with every full read of the keys held)."""
         ...
 
     def flush(self) -> None:

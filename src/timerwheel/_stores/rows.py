@@ -29,6 +29,14 @@ class StoredKey(NamedTuple):
     next_run_at: int | None
     last_scheduled_for: int | None
     last_error: str | None
+    # Paused by the user (KeyedScheduler.pause): the key is not armed until resumed. Only pause() and
+    # resume() set it (KeyStore.set_paused): the other writes of a row leave what the store has.
+    paused: bool = False
+
+
+#: What a shared store's take answers for a fire of a paused key (KeyStore.start_fire): not taken, and
+#: the key is paused (by another process, maybe): the taker pauses it too.
+TAKE_PAUSED = -3
 
 
 class StoredFire(NamedTuple):
@@ -107,7 +115,7 @@ def _check_time(what: str, value: Any) -> None:
         _check_int(what, value, _MIN_US, _MAX_US)
 
 
-def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> StoredKey:
+def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any, p: Any = False) -> StoredKey:
     """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
     key = stored_key(k)
     if type(d) is not str:
@@ -129,7 +137,9 @@ def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any) -> Stored
     _check_time("last_scheduled_for", last)
     if e is not None and type(e) is not str:
         raise ValueError(f"its last_error is {type(e).__name__}, not text or NULL")
-    return StoredKey(key, d, g, s, n, last, e)
+    if p not in (0, 1) or type(p) not in (bool, int):  # (SQLite keeps a boolean as 0 or 1)
+        raise ValueError(f"its paused is {p!r}, not a boolean")
+    return StoredKey(key, d, g, s, n, last, e, bool(p))
 
 
 def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:

@@ -19,7 +19,9 @@ from .rows import FinishedFire, StoredFire, StoredKey, StoreError, encode_key, f
 if sys.platform != "win32":
     import fcntl
 
-SCHEMA_VERSION = 1
+# (2: a key may be paused: timerwheel_keys.paused; a file of version 1 is migrated as it is opened)
+SCHEMA_VERSION = 2
+_MIGRATIONS = {1: ["ALTER TABLE timerwheel_keys ADD COLUMN paused INTEGER NOT NULL DEFAULT 0"]}
 
 
 def _floor_value(row: tuple[Any, ...] | None) -> int:
@@ -143,7 +145,8 @@ CREATE TABLE IF NOT EXISTS timerwheel_keys (
     state TEXT NOT NULL,
     next_run_at INTEGER,
     last_scheduled_for INTEGER,
-    last_error TEXT
+    last_error TEXT,
+    paused INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS timerwheel_fires (
     key TEXT NOT NULL,
@@ -160,7 +163,7 @@ CREATE INDEX IF NOT EXISTS timerwheel_unfinished ON timerwheel_fires (key) WHERE
 
 _PUT = (
     "INSERT OR REPLACE INTO timerwheel_keys (key, data, generation, state, next_run_at, last_scheduled_for, "
-    "last_error) VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "last_error, paused) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -321,17 +324,23 @@ class SQLiteStore:
             # generation floor this one cannot read, is refused and left exactly as it was (nothing
             # written, its journal mode unchanged).
             db.execute("BEGIN EXCLUSIVE")  # take the file's lock now, and keep it (locking_mode)
-            self._check(db)
+            version = self._check(db)
             db.execute("COMMIT")
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StoreError(f"the {self.name} cannot use a WAL journal (journal_mode is {mode!r})")
             db.execute(f"PRAGMA synchronous={synchronous}")
             db.execute("BEGIN EXCLUSIVE")
+            for older in range(version or SCHEMA_VERSION, SCHEMA_VERSION):  # (a file of an older version)
+                for statement in _MIGRATIONS[older]:
+                    db.execute(statement)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            db.execute("INSERT OR IGNORE INTO timerwheel_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+            if version != SCHEMA_VERSION:  # (a file of this version is not written to as it is opened)
+                db.execute(
+                    "INSERT OR REPLACE INTO timerwheel_meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+                )
             db.execute("COMMIT")
         except BaseException as exc:
             db.close()
@@ -340,8 +349,9 @@ class SQLiteStore:
             raise
         return db
 
-    def _check(self, db: sqlite3.Connection) -> None:
-        """The file is empty, or a sound timerwheel store of this schema version: StoreError otherwise."""
+    def _check(self, db: sqlite3.Connection) -> int | None:
+        """The file is empty, or a sound timerwheel store of this schema version or one it migrates:
+        StoreError otherwise. Returns the file's version (None: a new file)."""
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if tables and "timerwheel_meta" not in tables:
             raise StoreError(
@@ -349,12 +359,13 @@ class SQLiteStore:
                 "timerwheel's): give timerwheel a file of its own"
             )
         if not tables:
-            return
+            return None
         row = db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone()
-        if row is not None and row[0] != str(SCHEMA_VERSION):
+        readable = [str(v) for v in (*_MIGRATIONS, SCHEMA_VERSION)]
+        if row is not None and row[0] not in readable:
             raise StoreError(
                 f"the {self.name} has timerwheel schema version {row[0]}; this version of "
-                f"timerwheel reads version {SCHEMA_VERSION}"
+                f"timerwheel reads versions {readable[0]} to {SCHEMA_VERSION}"
             )
         # Every page read once (some 20 ms for 10**5 keys): a damaged page anywhere is found now, not by a
         # fire's write some day later.
@@ -366,6 +377,7 @@ class SQLiteStore:
             self._floor = _floor_value(db.execute(_FLOOR).fetchone())
         except ValueError as exc:
             raise _unreadable(self.name, "timerwheel_meta", "generation_floor", exc) from None
+        return None if row is None else int(row[0])
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -464,8 +476,8 @@ class SQLiteStore:
         with self._lock:
             try:
                 cursor = self._conn().execute(
-                    "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error "
-                    "FROM timerwheel_keys"
+                    "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error, "
+                    "paused FROM timerwheel_keys"
                 )
             except sqlite3.Error as exc:
                 raise _sqlite_error(self.name, exc) from None

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .._keyed import KeyedScheduler, Recover, Reschedule
+from .._keyed import KeyedScheduler, KeyState, Recover, Reschedule
 
 
 class Violation(AssertionError):
@@ -69,6 +69,7 @@ class Oracle:
         self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, last covered)
         self._beyond = False  # (a report being made counts a lower bound: see watch_reports)
         self._loads: list[tuple[float, dict[Hashable, Any]]] = []  # (when, every key) a life loaded
+        self._loaded_paused: list[set[Hashable]] = []  # (the keys each life loaded paused)
 
     def note(self, text: str) -> None:
         self.trace.append(f"t={self.cluster.now:10.4f} {text}")
@@ -123,7 +124,12 @@ class Oracle:
         return any(w.kind in kinds and w.start <= until and w.end >= run.started for w in p.windows)
 
     def started(self, p: Any, run: SimRun) -> None:
-        self.checks += 3
+        self.checks += 4
+        if self.cluster.db is None and self.paused_at(run.key, self.cluster.now, len(self.trace)):
+            self.violate(
+                "paused-runs-nothing",
+                f"{p.name} ran key {run.key!r} (g{run.generation}, {run.scheduled_for}) while it was paused",
+            )
         self.note(f"{p.name} runs {run.key!r} g{run.generation} {run.scheduled_for} a{run.attempt}")
         if run.wall * 1_000_000 < run.scheduled_for - 1:
             self.violate(
@@ -187,10 +193,10 @@ class Oracle:
         table = keyed._table
         report = table.report_missed
 
-        def reported(rec: Any, skipped: list[float], beyond: bool) -> None:
+        def reported(rec: Any, skipped: list[float], beyond: bool, why: str) -> None:
             self._beyond = beyond
             try:
-                report(rec, skipped, beyond)
+                report(rec, skipped, beyond, why)
             finally:
                 self._beyond = False
 
@@ -200,6 +206,9 @@ class Oracle:
         """A change returned: it is committed (shared: the database has it)."""
         self.checks += 1
         self.note(f"{p.name} returned {change['what']} {change['key']!r}")
+        change["seq"] = len(self.trace)  # (what came after it: see paused_at)
+        if change["what"] in ("pause", "resume"):
+            return  # (the data is as it was: see _histories for what a pause makes due)
         if self.cluster.db is None:  # (the first fire each key's new generation planned: see _histories)
             keys = change["data"] if change["what"] == "replace" else [change["key"]]
             infos = {k: p.keyed.get(k) for k in keys}
@@ -246,6 +255,8 @@ class Oracle:
         expected: dict[Hashable, Any] = {}  # key: what the last change that returned made it
         maybe: dict[Hashable, list[Any]] = {}  # key: what a change since may have made it
         for change in self.changes:
+            if change["what"] in ("pause", "resume"):
+                continue  # (the data is as it was)
             if change["what"] == "replace":
                 values = {k: _MISSING for k in [*expected, *maybe]}
                 values.update(change["data"])
@@ -273,6 +284,7 @@ class Oracle:
         for k, info in snapshot.items():
             self._seen[k] = max(self._seen.get(k, 0), info.generation)
         self._loads.append((self.cluster.now, {k: info.data for k, info in snapshot.items()}))
+        self._loaded_paused.append({k for k, info in snapshot.items() if info.state is KeyState.PAUSED})
 
     # -- no lost fire ---------------------------------------------------------------------------------------
 
@@ -314,10 +326,12 @@ class Oracle:
         through earlier fires: a catch-up queue behind a long run): a change supersedes the fires of the
         old generation that it finds unrun. Not if a later fire of the key started before the change
         (the point was passed by, not waiting)."""
-        asks = [
+        asks = [  # (a pause or a resume keeps the key's generation: it supersedes nothing)
             c["asked"]
             for c in self.changes
-            if self._wall_at(c["asked"]) > point and (c["key"] == key or (c["what"] == "replace"))
+            if self._wall_at(c["asked"]) > point
+            and (c["key"] == key or c["what"] == "replace")
+            and c["what"] not in ("pause", "resume")
         ]
         if not asks:
             return False
@@ -381,35 +395,48 @@ class Oracle:
         planned (a change made on a clock that was off plans its first fire by that clock: the points
         before it are not due), or None: (start, end, data, first). A span ends
         bound() before a change of the key begins (pending until it returns or raises, and a second
-        after) and half a second before a fault (until bound() after it: a takeover, a restart)."""
-        # key: [(since, data | _MISSING | _UNSURE, the first fire its writer planned | None)]
-        timeline: dict[Hashable, list[tuple[float, Any, float | None]]] = {}
+        after) and half a second before a fault (until bound() after it: a takeover, a restart). A
+        pause is downtime once it is resumed (its points are due: run, or reported missed by the
+        catch-up at resume); while it lasts, the key's points are not due (see _unpaused)."""
+        # key: [(since, what: "data" | "pause" | "resume", data | _MISSING | _UNSURE, first fire | None)]
+        timeline: dict[Hashable, list[tuple[float, str, Any, float | None]]] = {}
         busy: dict[Hashable, list[tuple[float, float]]] = {}  # key: [(from, to)] a change of it was going
         keys: set[Hashable] = set()
         for change in self.changes:
-            touched = (
-                {change["key"]: change["data"] if change["what"] == "upsert" else _MISSING}
-                if change["what"] != "replace"
-                else {**dict.fromkeys(keys, _MISSING), **change["data"]}
-            )
-            keys.update(touched)
+            what = change["what"]
+            if what in ("pause", "resume"):
+                touched = dict.fromkeys(keys if change["key"] is None else [change["key"]], what)
+            elif what == "replace":
+                touched = {**dict.fromkeys(keys, _MISSING), **change["data"]}
+            else:
+                touched = {change["key"]: change["data"] if what == "upsert" else _MISSING}
+            keys.update(k for k, v in touched.items() if v not in ("pause", "resume"))
             end = self.cluster.now if change["ended"] is None else change["ended"]
             for k, value in touched.items():
                 # (a change supersedes the fires of the key's old generation that it finds unrun: those
                 # due while no process held the key, between two holders, within bound() of it)
                 busy.setdefault(k, []).append((change["asked"] - self.cluster.bound(), end + 1.0))
                 if self.cluster.db is None:
-                    settled = value if change["returned"] is not None else _UNSURE
+                    returned = change["returned"] is not None
+                    if value in ("pause", "resume"):
+                        event = (value, None) if returned else ("data", _UNSURE)
+                        timeline.setdefault(k, []).append((change["asked"], event[0], event[1], None))
+                        continue
+                    settled = value if returned else _UNSURE
                     planned = change.get("planned", {}).get(k)
-                    timeline.setdefault(k, []).append((change["asked"], settled, planned))
+                    timeline.setdefault(k, []).append((change["asked"], "data", settled, planned))
         if self.cluster.db is not None:  # (the database's commits are what the keys are)
             for at, what, k, data, first in self.cluster.db.commits:
                 value = _loads(data) if what == "upsert" else _MISSING
                 planned = None if first is None else first / 1e6
-                timeline.setdefault(k, []).append((at - self.cluster.epoch, value, planned))
-        for at, snapshot in self._loads:  # (a new life has what the file has)
-            for k in {*timeline, *snapshot}:
-                timeline.setdefault(k, []).append((at, snapshot.get(k, _MISSING), None))
+                kind = what if what in ("pause", "resume") else "data"
+                timeline.setdefault(k, []).append((at - self.cluster.epoch, kind, value, planned))
+        for (at, snapshot), paused in zip(self._loads, self._loaded_paused, strict=True):
+            for k in {*timeline, *snapshot}:  # (a new life has what the file has, before its changes)
+                loaded = [(at, "data", snapshot.get(k, _MISSING), None)]
+                if k in paused:
+                    loaded.append((at, "pause", None, None))
+                timeline[k] = loaded + timeline.get(k, [])
         faults = [
             (w.start - 0.5, w.end + self.cluster.bound()) for p in self.cluster.processes for w in p.windows
         ]
@@ -417,7 +444,7 @@ class Oracle:
         for k, events in timeline.items():
             events.sort(key=lambda e: e[0])
             blocked = sorted(busy.get(k, []) + faults)
-            for i, (since, data, planned) in enumerate(events):
+            for i, (since, data, planned) in enumerate(_unpaused(events)):
                 if data is _MISSING or data is _UNSURE:
                     continue
                 end = events[i + 1][0] if i + 1 < len(events) else math.inf
@@ -425,6 +452,34 @@ class Oracle:
                     (a, b, data, planned) for a, b in _between(since, end, blocked)
                 )
         return spans
+
+    def paused_at(self, key: Hashable, t: float, seq: int) -> bool:
+        """Whether `key` was surely paused at simulated time t (the trace's `seq`th line), with one
+        process on its store (memory, a file): by a pause that returned by then (pause_all: of the keys
+        there then), and no resume, remove or replace without it asked since; or as a life loaded it."""
+        events: list[tuple[float, dict[str, Any]]] = [  # (a life's load first: before its changes)
+            (at, {"what": "load", "keys": snapshot, "paused": paused_keys})
+            for (at, snapshot), paused_keys in zip(self._loads, self._loaded_paused, strict=True)
+            if at <= t
+        ]
+        events += [(c["asked"], c) for c in self.changes if c["asked"] <= t]
+        paused = exists = False
+        for _, c in sorted(events, key=lambda e: e[0]):
+            what = c["what"]
+            if what == "load":
+                exists, paused = key in c["keys"], key in c["paused"]
+            elif what == "replace":
+                exists = key in c["data"]
+                paused = paused and exists
+            elif c["key"] not in (key, None):
+                continue
+            elif what == "upsert":
+                exists = True
+            elif what == "remove" or what == "resume":
+                exists, paused = exists and what == "resume", False
+            elif what == "pause" and c.get("seq", math.inf) < seq:
+                paused = paused or exists
+        return paused
 
     def _points_of(
         self, key: Hashable, data: Any, start: float, end: float, first: float | None = None
@@ -548,6 +603,39 @@ class Oracle:
 
 _MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<no key>"})()
 _UNSURE: Any = type("Unsure", (), {"__repr__": lambda self: "<a change that raised: either>"})()
+
+
+def _unpaused(events: list[tuple[float, str, Any, float | None]]) -> list[tuple[float, Any, float | None]]:
+    """A key's timeline (sorted) as (since, data due, first fire). A pause that a resume ends is
+    downtime: its points are due as any (each one ran, or the catch-up at resume reported it missed). A
+    pause that no resume ends (the key is still paused, or it was removed) makes nothing due from it."""
+    ended = [False] * len(events)
+    open_: list[int] = []
+    for i, (_, kind, value, _) in enumerate(events):
+        if kind == "pause":
+            open_.append(i)
+        elif kind == "resume":
+            for j in open_:
+                ended[j] = True
+            open_ = []
+        elif value is _MISSING:  # (removed: its pause went with it)
+            open_ = []
+    out: list[tuple[float, Any, float | None]] = []
+    data: Any = _MISSING
+    paused = False
+    for i, (since, kind, value, planned) in enumerate(events):
+        if kind == "pause":
+            paused = paused or not ended[i]
+            out.append((since, _MISSING if paused else data, None))
+        elif kind == "resume":
+            paused = False
+            out.append((since, data, None))
+        else:
+            if value is _MISSING:
+                paused = False
+            data = value
+            out.append((since, _MISSING if paused and value is not _UNSURE else value, planned))
+    return out
 
 
 def _between(start: float, end: float, blocked: list[tuple[float, float]]) -> list[tuple[float, float]]:

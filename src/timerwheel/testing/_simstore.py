@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._keyed.journal import Work, next_work
-from .._stores import FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
+from .._stores import TAKE_PAUSED, FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
 from .._stores.postgres.keeper import CLAIM_CHUNK, RECONCILE_EVERY
 
 __all__ = ["SimDatabase", "SimStore"]
@@ -45,6 +45,11 @@ class SimDatabase:
     def held_by(self, owner: str) -> dict[Hashable, int]:
         return {k: r["generation"] for k, r in self.keys.items() if r["owner"] == owner}
 
+    def paused_held_by(self, owner: str, keys: Iterable[Hashable] | None = None) -> dict[Hashable, bool]:
+        """Whether each key `owner` holds (of `keys`, if given) is paused."""
+        rows = self.keys.items() if keys is None else [(k, self.keys[k]) for k in keys if k in self.keys]
+        return {k: r["paused"] for k, r in rows if r["owner"] == owner}
+
     def notify(self, sender: str, payload: dict[str, Any]) -> None:
         text = json.dumps({"o": sender, **payload})
         for store in list(self.stores):
@@ -54,6 +59,7 @@ class SimDatabase:
 
     def _stored(self, row: StoredKey, owner: str) -> int:
         old = self.keys.get(row.key)
+        paused = False if old is None else old["paused"]  # (set by set_paused only)
         if old is None:
             generation = max(row.generation, self.floor + 1)
             last = row.last_scheduled_for
@@ -68,6 +74,7 @@ class SimDatabase:
             "last_scheduled_for": last,
             "last_error": row.last_error,
             "owner": owner,
+            "paused": paused,
         }
         self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
         return generation
@@ -88,6 +95,19 @@ class SimDatabase:
         generations = [self._stored(row, owner) for row in rows]
         self.notify(owner, {"all": True})
         return generations
+
+    def set_paused(self, keys: list[Hashable] | None, paused: bool, owner: str) -> list[Hashable]:
+        if keys is None:
+            found = [k for k, r in self.keys.items() if r["paused"] != paused]
+        else:
+            found = [k for k in dict.fromkeys(keys) if k in self.keys]
+        for k in found:
+            self.keys[k]["paused"] = paused
+            self.commits.append((self.now(), "pause" if paused else "resume", k, None, None))
+        if found:
+            many = keys is None or len(found) > 100
+            self.notify(owner, {"p": True, "all": True} if many else {"p": True, "k": found})
+        return found
 
     def delete(self, key: Hashable, owner: str) -> bool:
         for fire in [f for f in self.fires if f[0] == key]:
@@ -113,6 +133,8 @@ class SimDatabase:
         key = self.keys.get(row.key)
         if key is None or key["generation"] != row.generation or key["owner"] != owner:
             return 0
+        if key["paused"]:
+            return TAKE_PAUSED
         ident = (row.key, row.generation, scheduled_for)
         fire = self.fires.get(ident)
         if fire is None and any(
@@ -198,6 +220,7 @@ class SimDatabase:
                     r["next_run_at"],
                     r["last_scheduled_for"],
                     r["last_error"],
+                    r["paused"],
                 )
             )
         taken = {row.key for row in rows}
@@ -367,6 +390,13 @@ class SimStore:
         if after is not None:
             after()
 
+    def set_paused(self, keys: list[Hashable] | None, paused: bool) -> list[Hashable]:
+        after = self._call(f"{'pause' if paused else 'resume'} keys")
+        found = self.db.set_paused(keys, paused, self.owner_id)
+        if after is not None:
+            after()
+        return found
+
     def delete(self, key: Hashable) -> bool:
         after = self._call(f"delete key {key!r}")
         existed = self.db.delete(key, self.owner_id)
@@ -386,7 +416,10 @@ class SimStore:
         results: list[int | StoreError] = []
         for row, scheduled_for, started_at, rerun in takes:
             attempt = self.db.start_fire(row, scheduled_for, started_at, rerun, self.owner_id, self.lease)
-            if attempt < 0:
+            if attempt == TAKE_PAUSED:  # (as PostgresStore's: its keeper reads the flags again)
+                self.db.rechecks.add(self.owner_id)
+                results.append(attempt)
+            elif attempt < 0:
                 results.append(
                     StoreError(f"the {self.name} could not take a fire of key {row.key!r}: it has no lease")
                 )
@@ -515,19 +548,28 @@ class SimStore:
             if self._rounds % RECONCILE_EVERY == 0:
                 self._rounds += 1
                 full = self._statement(
-                    "read the keys it holds", lambda: self.db.held_by(self.owner_id), failed
+                    "read the keys it holds",
+                    lambda: (self.db.held_by(self.owner_id), self.db.paused_held_by(self.owner_id)),
+                    failed,
                 )
-                full(lambda held: counted(stamp, shedding, live, total, len(held), held))
+                full(lambda held: counted(stamp, shedding, live, total, len(held[0]), *held))
                 return
             self._rounds += 1
             counted(stamp, shedding, live, total, count, None)
 
         def counted(
-            stamp: int, shedding: bool, live: int, total: int, count: int, held: dict[Hashable, int] | None
+            stamp: int,
+            shedding: bool,
+            live: int,
+            total: int,
+            count: int,
+            held: dict[Hashable, int] | None,
+            paused: dict[Hashable, bool] | None = None,
         ) -> None:
             self._valid_until = started + self.lease
             if held is not None:
                 holder.reconcile(dict(held), stamp)
+                holder.paused(paused or {}, stamp)
             share = -(-total // live)
             if count > share:
                 if not shedding:
@@ -607,7 +649,12 @@ class SimStore:
             return
         stamp = holder.stamp()
         if note.get("all"):
-            holder.reconcile(self.db.held_by(self.owner_id), stamp)
+            if not note.get("p"):
+                holder.reconcile(self.db.held_by(self.owner_id), stamp)
+            holder.paused(self.db.paused_held_by(self.owner_id), stamp)
+            return
+        if note.get("p"):
+            holder.paused(self.db.paused_held_by(self.owner_id, note.get("k", ())), stamp)
             return
         changes: dict[Hashable, int | None] = {}
         removed = set()

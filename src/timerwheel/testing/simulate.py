@@ -403,6 +403,14 @@ class SimulatedCluster:
         """replace_all(mapping) on a process."""
         self._change(process, "replace", None, dict(mapping))
 
+    def pause_key(self, key: Hashable | None, process: int | str | Process = 0) -> None:
+        """pause(key) on a process (key None: pause_all())."""
+        self._change(process, "pause", key, None)
+
+    def resume_key(self, key: Hashable | None, process: int | str | Process = 0) -> None:
+        """resume(key) on a process (key None: resume_all())."""
+        self._change(process, "resume", key, None)
+
     def _change(self, which: int | str | Process, what: str, key: Hashable, data: Any) -> None:
         p = self.process(which)
         change = {"what": what, "key": key, "data": data, "process": p.name, "asked": self.now}
@@ -420,6 +428,10 @@ class SimulatedCluster:
                     await keyed.aupsert(key, data)
                 elif what == "remove":
                     change["existed"] = await keyed.aremove(key)
+                elif what == "pause":
+                    change["existed"] = await (keyed.apause_all() if key is None else keyed.apause(key))
+                elif what == "resume":
+                    change["existed"] = await (keyed.aresume_all() if key is None else keyed.aresume(key))
                 else:
                     await keyed.areplace_all(data)
             except Exception as exc:
@@ -812,6 +824,17 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
             events.append((t, "fail-write", (p,)))
         elif r < 0.92:
             events.append((t, "wall-step", (p, rng.choice([-2.0, -0.3, 0.3, 2.0, 30.0]))))
+    # Keys paused and resumed (drawn apart, so that the seeds drawn before they were added replay as they
+    # did): a key or every key (None), resumed after a while, or left paused.
+    holds = random.Random(f"pauses {seed}")
+    if holds.random() < 0.6:
+        for _ in range(holds.randint(1, 4)):
+            at = holds.uniform(0.0, duration)
+            key = holds.randrange(keys + 2) if holds.random() < 0.8 else None
+            events.append((at, "pause-key", (holds.randrange(processes), key)))
+            if holds.random() < 0.85:
+                later = at + holds.uniform(0.05, 3 * lease) * pace
+                events.append((later, "resume-key", (holds.randrange(processes), key)))
     events.sort(key=lambda e: e[0])
     return Plan(seed, store, processes, lease, keyed, events, duration, wall)
 
@@ -866,6 +889,10 @@ def _do(cluster: SimulatedCluster, what: str, args: tuple[Any, ...]) -> None:
             cluster.remove(args[1], p)
         else:
             cluster.replace_all(args[1], p)
+    elif what == "pause-key":
+        cluster.pause_key(args[1], p)
+    elif what == "resume-key":
+        cluster.resume_key(args[1], p)
     elif what == "kill":
         cluster.kill(p)
     elif what == "pause":

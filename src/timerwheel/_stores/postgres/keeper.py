@@ -168,12 +168,14 @@ class Keeper:
         self._rounds += 1
         if full:
             held = conn.execute(
-                "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                "SELECT key, generation, paused FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
             ).fetchall()
             count = len(held)
         self._valid_until = started + self.lease
         if full:
-            holder.reconcile(dict(self.readable(held, held_row, "timerwheel_keys")[0]), stamp)
+            read = self.readable(held, held_row, "timerwheel_keys")[0]
+            holder.reconcile({k: g for k, g, _ in read}, stamp)
+            holder.paused({k: p for k, _, p in read}, stamp)  # (a pause or a resume not heard of)
             self._passed_over.clear()
         share = -(-total // live)
         if count > share:
@@ -298,11 +300,20 @@ class Keeper:
         stamp = holder.stamp()
         if payload is None or note.get("all"):
             rows = conn.execute(
-                "SELECT key, generation FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                "SELECT key, generation, paused FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
             ).fetchall()
-            holder.reconcile({decode_key(k): g for k, g in rows}, stamp)
+            if payload is None or not note.get("p"):
+                holder.reconcile({decode_key(k): g for k, g, _ in rows}, stamp)
+            holder.paused({decode_key(k): p for k, _, p in rows}, stamp)
             return
         keys = [k for k in note.get("k", ()) if isinstance(k, str)]
+        if note.get("p"):  # (paused or resumed: what the database says of those held here)
+            rows = conn.execute(
+                "SELECT key, paused FROM timerwheel_keys WHERE key = ANY(%s) AND owner = %s",
+                (keys, self.owner_id),
+            ).fetchall()
+            holder.paused({decode_key(k): p for k, p in rows}, stamp)
+            return
         rows = conn.execute(
             "SELECT key, generation, owner FROM timerwheel_keys WHERE key = ANY(%s)", (keys,)
         ).fetchall()

@@ -11,8 +11,9 @@ from ..rows import FinishedFire, StoredKey, StoreError, encode_key, stored_key
 # (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
 # again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
 # 5: one lease per process, in timerwheel_leases (timerwheel_owners is gone), instead of one per key;
-# fires are taken in batches by timerwheel_take_fires, which renews the taker's lease)
-SCHEMA_VERSION = 5
+# fires are taken in batches by timerwheel_take_fires, which renews the taker's lease; 6: a key may be
+# paused, and a take of its fires is refused)
+SCHEMA_VERSION = 6
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -36,6 +37,8 @@ SCHEMA = [
     # (version 4 and before: a lease per key; the lease is the owner's now, in timerwheel_leases)
     """ALTER TABLE timerwheel_keys DROP COLUMN IF EXISTS lease_until""",
     """CREATE INDEX IF NOT EXISTS timerwheel_keys_owner ON timerwheel_keys (owner)""",
+    # (version 6) Paused by a user (set by set_paused only: the other writes leave it)
+    """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
         key text NOT NULL,
         generation bigint NOT NULL,
@@ -78,7 +81,8 @@ SCHEMA = [
     # attempt), or 0 if it was not taken. A new fire at or before a later one of its generation in the
     # log is a stale one (a process that held the key before, and holds it again, asking for a fire its
     # plan had before it lost the key): the later one started, so this one ran, or was decided about. The
-    # key's latest started fire does not go back for a rerun of an older one.
+    # key's latest started fire does not go back for a rerun of an older one. A fire of a paused key is
+    # not taken: -3 (the taker pauses the key too).
     """CREATE OR REPLACE FUNCTION timerwheel_take_locked(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_state text, p_next_run_at bigint, p_last_error text)
@@ -86,6 +90,9 @@ SCHEMA = [
     DECLARE
         v_attempts integer;
     BEGIN
+        IF EXISTS (SELECT 1 FROM timerwheel_keys WHERE key = p_key AND paused) THEN
+            RETURN -3;
+        END IF;
         IF NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
                 AND scheduled_for = p_scheduled_for)
             AND EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
@@ -217,12 +224,12 @@ SCHEMA = [
 ]
 
 
-def held_row(key: Any, generation: int) -> tuple[Hashable, int]:
-    """A key held and its generation, its key checked as key_row checks it."""
-    return stored_key(key), generation
+def held_row(key: Any, generation: int, paused: bool) -> tuple[Hashable, int, bool]:
+    """A key held, its generation and whether it is paused, its key checked as key_row checks it."""
+    return stored_key(key), generation, bool(paused)
 
 
-COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error"
+COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused"
 ROW_WAIT = 0.1  # seconds a batch of takes waits, at most, for keys' rows others hold (timerwheel_take_fires)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
 # kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.
@@ -255,7 +262,7 @@ def clean_text(text: str | None) -> str | None:
 def clean_row(row: StoredKey) -> StoredKey:
     """A key's row with its last_error as the database can hold it (clean_text)."""
     error = clean_text(row.last_error)
-    return row if error is row.last_error else StoredKey(*row[:-1], error)  # (last_error: the last field)
+    return row if error is row.last_error else StoredKey(*row[:6], error, *row[7:])  # (7th: last_error)
 
 
 def clean_fire(fire: FinishedFire) -> FinishedFire:

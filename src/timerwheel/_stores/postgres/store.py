@@ -13,7 +13,7 @@ from typing import Any
 
 from ..._validate import seconds as _seconds
 from ..protocols import SharedHolder
-from ..rows import FinishedFire, StoredFire, StoredKey, StoreError, encode_key
+from ..rows import TAKE_PAUSED, FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
 from .database import Database, redacted
 from .keeper import Keeper
 from .schema import (
@@ -151,7 +151,7 @@ class PostgresStore:
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
                     "EXCLUDED.last_error, owner = EXCLUDED.owner "
                     "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
-                    (k, *row[1:], self.owner_id, CHANNEL, payload),
+                    (k, *row[1:7], self.owner_id, CHANNEL, payload),
                 ).fetchone()[0]
             )
 
@@ -167,7 +167,7 @@ class PostgresStore:
             rows, key=lambda r: key_text(r.key)
         )  # (rows locked in one order: no deadlock between two)
         keys = [key_text(r.key) for r in rows]
-        columns = list(zip(*(r[1:] for r in rows), strict=True)) if rows else [[]] * 6
+        columns = list(zip(*(r[1:7] for r in rows), strict=True)) if rows else [[]] * 6
         payload = json.dumps({"o": self.owner_id, "all": True})
 
         def work(conn: Any) -> dict[str, int]:
@@ -220,7 +220,7 @@ class PostgresStore:
             return
         rows = sorted(rows, key=lambda r: key_text(r.key))
         keys = [key_text(r.key) for r in rows]
-        columns = [list(c) for c in zip(*(r[2:] for r in rows), strict=True)] if rows else [[]] * 5
+        columns = [list(c) for c in zip(*(r[2:7] for r in rows), strict=True)] if rows else [[]] * 5
 
         def work(conn: Any) -> None:
             with conn.transaction():
@@ -312,8 +312,10 @@ class PostgresStore:
             ).fetchone()[0],
             what,
         )
-        if got[-1] or 0 in got[:-1]:  # (its lease had lapsed, or a fire was refused: another process
-            self._keeper.recheck = True  # may have claimed some of its keys; its keeper reads them)
+        if got[-1] or 0 in got[:-1] or TAKE_PAUSED in got[:-1]:  # (its lease had lapsed, or a fire was
+            # refused: another process may have claimed some of its keys, or resumed a key since it was
+            # refused as paused; its keeper reads what it holds, in full, at its next round)
+            self._keeper.recheck = True
         results: list[int | StoreError] = [0] * len(takes)
         for i, attempt in zip(order, got[:-1], strict=True):
             key = takes[i][0].key
@@ -322,6 +324,8 @@ class PostgresStore:
                     f"the {self.name} could not take a fire of key {key!r}: this process has no lease (it "
                     "lapsed a day ago, or the store is closed); tried again once its keeper renews it"
                 )
+            elif attempt == TAKE_PAUSED:
+                results[i] = TAKE_PAUSED
             elif attempt == -2:
                 results[i] = StoreError(
                     f"the {self.name} could not take a fire of key {key!r}: a row it needs is locked by "
@@ -383,6 +387,39 @@ class PostgresStore:
             ),
             what,
         )
+
+    def set_paused(self, keys: list[Hashable] | None, paused: bool) -> list[Hashable]:
+        """Pause or resume `keys` (None: every key), wherever they are held (the others are notified;
+        their holders hear of it): a take of a paused key's fire is refused from the commit on. Returns
+        the keys the database has, or (None) those whose flag changed."""
+        texts = None if keys is None else sorted({key_text(k) for k in keys})
+
+        def work(conn: Any) -> list[str]:
+            with conn.transaction():
+                if texts is None:  # (rows locked in key order, as every statement that locks many)
+                    found = conn.execute(
+                        "UPDATE timerwheel_keys SET paused = %s WHERE key IN (SELECT key FROM "
+                        "timerwheel_keys WHERE paused <> %s ORDER BY key FOR UPDATE) RETURNING key",
+                        (paused, paused),
+                    ).fetchall()
+                else:
+                    found = conn.execute(
+                        f"UPDATE timerwheel_keys SET paused = %s WHERE key IN ({IN_ORDER}) RETURNING key",
+                        (paused, texts),
+                    ).fetchall()
+                if found:
+                    note: dict[str, Any] = {"o": self.owner_id, "p": True}
+                    if texts is None or len(texts) > 100:
+                        note["all"] = True
+                    else:
+                        note["k"] = [k for (k,) in found]
+                    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps(note)))
+            return [k for (k,) in found]
+
+        what = f"{'pause' if paused else 'resume'} " + (
+            "every key" if keys is None else f"{len(keys)} key(s)"
+        )
+        return [decode_key(k) for k in self._db.do(work, what, self._db.changes)]
 
     def release(self, keys: Mapping[Hashable, int]) -> None:
         """Give keys back (held by this process no more), each at the generation given (a key that a

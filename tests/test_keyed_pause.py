@@ -1,0 +1,369 @@
+"""Pausing and resuming keys (KeyedScheduler.pause, resume, pause_all, resume_all): a paused key runs
+nothing and keeps its data, generation and plan; resuming it treats the pause as downtime, with the same
+catch-up rules as a restart. The pause is stored: a SQLite file keeps it across restarts, and with a
+PostgreSQL store every process sees it (the database refuses a paused key's fires).
+
+Time comes from a ManualClock; the shared tests run two KeyedSchedulers on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    CatchUp,
+    KeyState,
+    MemoryStore,
+    Reschedule,
+    SQLiteStore,
+    StoreError,
+)
+from timerwheel.testing import ManualClock
+
+from . import test_durable as durable
+
+T0 = datetime(2025, 1, 6, 12, 0, tzinfo=UTC).timestamp()
+
+
+def every_10s(now: datetime, key: Any, data: Any) -> datetime:
+    """next_run: the next multiple of 10 s (after T0) after now."""
+    seconds = now.timestamp() - T0
+    return datetime.fromtimestamp(T0 + (seconds // 10 + 1) * 10, UTC)
+
+
+class Life(durable.Life):
+    """A life (see test_durable) on `store`, its keys every 10 s by default."""
+
+    def __init__(self, store: Any, clock: ManualClock, **kwargs: Any) -> None:
+        kwargs.setdefault("next_run", every_10s)
+        super().__init__(store, clock, **kwargs)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(0.0, wall=T0)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "keys.db")
+
+
+def test_a_paused_key_runs_nothing_and_shows_paused(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k", {"v": 1})
+    life.keyed.start()
+    life.advance(10)
+    assert life.ran == [("k", 10.0)]
+    generation = life.keyed.get("k").generation  # type: ignore[union-attr]
+    assert life.keyed.pause("k") is True
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.PAUSED and info.next_run_at is None
+    assert info.data == {"v": 1} and info.generation == generation
+    assert life.states[-1] == ("k", KeyState.PENDING, KeyState.PAUSED)
+    life.advance(100)
+    assert life.ran == [("k", 10.0)]  # nothing while paused
+    assert life.keyed.pause("k") is True and life.states[-1][2] is KeyState.PAUSED  # (again: nothing)
+    assert life.keyed.pause("unknown") is False and life.keyed.resume("unknown") is False
+    life.keyed.close()
+
+
+def test_resume_treats_the_pause_as_downtime_catch_up_once(store: Any, clock: ManualClock) -> None:
+    """Paused from 10 to 45 s: the fire at 20 it held back and those at 30 and 40 fell due. With
+    catch_up=ONCE (the default) the latest runs at resume and the others are reported missed."""
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(10)
+    life.keyed.pause("k")
+    life.advance(35)
+    assert life.keyed.resume("k") is True
+    assert life.states[-1] == ("k", KeyState.PAUSED, KeyState.PENDING)
+    life.advance(0)
+    assert life.ran == [("k", 10.0), ("k", 45.0)]  # the fire of 40, run at once
+    assert life.missed == [("k", 2, 20.0, 30.0)]
+    assert life.keyed.stats().missed == 2 and life.keyed.stats().caught_up == 1
+    life.advance(5)
+    assert life.ran[-1] == ("k", 50.0)  # then on schedule
+    life.keyed.close()
+
+
+def test_resume_with_catch_up_skip_runs_nothing_missed(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock, catch_up=CatchUp.SKIP)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.pause("k")
+    life.advance(35)
+    life.keyed.resume("k")
+    info = life.keyed.get("k")
+    assert info is not None and info.next_run_at == datetime.fromtimestamp(T0 + 40, UTC)
+    life.advance(5)
+    assert life.ran == [("k", 40.0)] and life.missed == [("k", 3, 10.0, 30.0)]
+    life.keyed.close()
+
+
+def test_a_resume_within_the_same_period_runs_the_held_fire_on_time(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.pause("k")
+    life.advance(5)
+    life.keyed.resume("k")
+    life.advance(5)
+    assert life.ran == [("k", 10.0)] and life.missed == []
+    life.keyed.close()
+
+
+def test_an_upsert_of_a_paused_key_changes_its_data_and_leaves_it_paused(
+    store: Any, clock: ManualClock
+) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k", {"v": 1})
+    life.keyed.start()
+    life.keyed.pause("k")
+    life.keyed.upsert("k", {"v": 2})
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.PAUSED and info.data == {"v": 2}
+    life.advance(30)
+    assert life.ran == []
+    life.keyed.resume("k")
+    life.advance(0)
+    assert life.ran == [("k", 30.0)]
+    life.keyed.close()
+
+
+def test_pause_all_and_resume_all_count_the_keys_they_change(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    for key in "abc":
+        life.keyed.upsert(key)
+    life.keyed.start()
+    life.keyed.pause("a")
+    assert life.keyed.pause_all() == 2  # (a was paused already)
+    assert {k: i.state for k, i in life.keyed.snapshot().items()} == dict.fromkeys("abc", KeyState.PAUSED)
+    life.advance(10)
+    assert life.ran == []
+    life.keyed.upsert("d")  # (added later: not paused)
+    assert life.keyed.resume_all() == 3
+    life.advance(0)
+    assert sorted(life.ran) == [("a", 10.0), ("b", 10.0), ("c", 10.0)]  # (held back since 10)
+    life.advance(10)
+    assert sorted(life.ran[3:]) == [("a", 20.0), ("b", 20.0), ("c", 20.0), ("d", 20.0)]
+    assert life.keyed.resume_all() == 0
+    life.keyed.close()
+
+
+def test_a_run_going_on_when_its_key_is_paused_ends_and_the_key_is_not_armed(clock: ManualClock) -> None:
+    """The pause does not cancel a run; the key is planned at its end, and not armed."""
+    box: dict[str, Any] = {}
+
+    def run(key: Any, data: Any) -> None:
+        box["keyed"].pause(key)  # (from inside its own run)
+        box["state"] = box["keyed"].get(key).state
+
+    life = Life(MemoryStore(), clock, run=run)
+    box["keyed"] = life.keyed
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(10)
+    assert box["state"] is KeyState.PAUSED
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.PAUSED and not info.running
+    life.advance(30)
+    life.keyed.resume("k")  # the fire of 20 held back; 30 and 40 fell due
+    life.advance(0)
+    assert life.keyed.stats().started == 2 and life.missed == [("k", 2, 20.0, 30.0)]
+    life.keyed.close()
+
+
+def test_a_key_resumed_while_its_run_goes_on_is_planned_at_the_runs_end(clock: ManualClock) -> None:
+    box: dict[str, Any] = {}
+
+    def run(key: Any, data: Any) -> None:
+        box["keyed"].pause(key)
+        box["keyed"].resume(key)
+        box["state"] = box["keyed"].get(key).state
+
+    life = Life(MemoryStore(), clock, run=run)
+    box["keyed"] = life.keyed
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(10)
+    assert box["state"] is KeyState.RUNNING
+    assert life.keyed.get("k").next_run_at == datetime.fromtimestamp(T0 + 20, UTC)  # type: ignore[union-attr]
+    life.advance(10)
+    assert life.keyed.stats().started == 2  # (the fire of 20, planned as the run ended)
+    life.keyed.close()
+
+
+def test_before_run_a_key_paused_and_resumed_during_its_run_is_armed_again(clock: ManualClock) -> None:
+    box: dict[str, Any] = {}
+
+    def run(key: Any, data: Any) -> None:
+        box["keyed"].pause(key)
+        box["keyed"].resume(key)
+
+    life = Life(MemoryStore(), clock, run=run, reschedule=Reschedule.BEFORE_RUN)
+    box["keyed"] = life.keyed
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(30)
+    assert life.keyed.stats().started == 3  # 10, 20, 30
+    life.keyed.close()
+
+
+# -- a file keeps the pause --------------------------------------------------------------------------------
+
+
+def test_a_pause_is_kept_by_the_file_across_a_restart_and_resumed_as_downtime(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path), clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.pause("k")
+    life.keyed.close()
+    clock.set_wall(clock.wall() + 100)  # down for 100 s
+    life = Life(SQLiteStore(path), clock)
+    assert life.keyed.get("k").state is KeyState.PAUSED  # type: ignore[union-attr]
+    life.keyed.start()
+    life.advance(10)
+    assert life.ran == [] and life.missed == []  # a paused key: nothing decided at start
+    life.keyed.resume("k")
+    life.advance(0)
+    assert life.ran == [("k", 110.0)] and life.missed == [("k", 10, 10.0, 100.0)]
+    life.keyed.close()
+    life = Life(SQLiteStore(path), clock)  # and the resume is kept too
+    assert life.keyed.get("k").state is KeyState.PENDING  # type: ignore[union-attr]
+    life.keyed.close()
+
+
+def test_a_paused_keys_interrupted_fire_is_decided_at_resume(tmp_path: Path, clock: ManualClock) -> None:
+    """The process died during a run of a key that was paused meanwhile: the next life keeps the fire
+    unfinished while the key is paused, and reruns it (recover=RERUN) when it is resumed."""
+    path = tmp_path / "keys.db"
+    store = SQLiteStore(path)
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.pause("k")
+    row = next(iter(store.load()[0]))
+    # (as a life that died during the run of 10 leaves the file: the fire started, not finished)
+    assert store.start_fire(
+        row._replace(state="running", next_run_at=None), 10_000_000 + round(T0 * 1e6), 1, False
+    )
+    life.keyed.close()
+    life = Life(SQLiteStore(path), clock)
+    clock.set_wall(T0 + 15)
+    life.keyed.start()
+    life.advance(0)
+    assert life.ran == []
+    life.keyed.resume("k")
+    life.advance(0)
+    assert life.ran == [("k", 15.0)] and life.keyed.stats().recovered == 1
+    life.keyed.close()
+
+
+def test_a_file_of_version_1_is_migrated_and_its_keys_are_not_paused(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE timerwheel_keys (key TEXT PRIMARY KEY, data TEXT NOT NULL, generation INTEGER NOT NULL,
+            state TEXT NOT NULL, next_run_at INTEGER, last_scheduled_for INTEGER, last_error TEXT)
+            WITHOUT ROWID;
+        CREATE TABLE timerwheel_fires (key TEXT NOT NULL, generation INTEGER NOT NULL,
+            scheduled_for INTEGER NOT NULL, started_at INTEGER NOT NULL, finished_at INTEGER, error TEXT,
+            attempts INTEGER NOT NULL DEFAULT 1, PRIMARY KEY (key, generation, scheduled_for)) WITHOUT ROWID;
+        INSERT INTO timerwheel_meta VALUES ('schema', '1');
+        """
+    )
+    db.execute(
+        "INSERT INTO timerwheel_keys VALUES ('\"k\"', 'null', 3, 'pending', ?, NULL, NULL)",
+        (round((T0 + 10) * 1e6),),
+    )
+    db.commit()
+    db.close()
+    life = Life(SQLiteStore(path), clock)
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.PENDING and info.generation == 3
+    life.keyed.pause("k")
+    life.keyed.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone() == ("2",)
+    assert db.execute("SELECT paused FROM timerwheel_keys").fetchone() == (1,)
+    db.close()
+
+
+def test_a_pause_the_file_cannot_write_changes_nothing(tmp_path: Path, clock: ManualClock) -> None:
+    store = SQLiteStore(tmp_path / "keys.db")
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+
+    def fails(*args: Any) -> None:
+        raise StoreError("the disk is full")
+
+    store.save = fails  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="disk is full"):
+        life.keyed.pause("k")
+    assert life.keyed.get("k").state is KeyState.PENDING  # type: ignore[union-attr]
+    life.advance(10)
+    assert life.ran == [("k", 10.0)]
+    life.keyed.close()
+
+
+def test_pause_after_close_is_refused(clock: ManualClock) -> None:
+    life = Life(MemoryStore(), clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        life.keyed.pause("k")
+    with pytest.raises(TypeError, match="hashable"):
+        Life(MemoryStore(), clock).keyed.pause([])
+
+
+def test_a_key_paused_before_start_is_not_armed_by_start(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.pause("k")
+    life.keyed.start()
+    life.advance(20)
+    assert life.ran == []
+    life.keyed.resume("k")
+    life.advance(0)
+    assert life.ran == [("k", 20.0)]
+    life.keyed.close()
+
+
+def test_a_key_paused_with_a_catch_up_queue_decides_the_fires_after_it_at_resume(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A key paused before the catch-up that start() decided ran (CatchUp.ALL: the fires of 10, 20 and
+    30 s queued): at resume the queue runs as it was decided, and the fires that fell due after it
+    during the pause are decided too (here: run, ALL). A resume used to arm the queue alone: its last
+    run planned the key from now, and the fires between were lost without a report."""
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path), clock, catch_up=CatchUp.ALL)
+    life.keyed.upsert("k")
+    life.keyed.close()
+    clock.set_wall(T0 + 35)  # down from 0 to 35 s: the fires of 10, 20 and 30 missed
+    life = Life(SQLiteStore(path), clock, catch_up=CatchUp.ALL)
+    life.keyed.start()
+    life.keyed.pause("k")  # (before the queue ran)
+    life.advance(30)
+    life.keyed.resume("k")
+    life.advance(1)  # (one catch-up fire per pass of the scheduler: a millisecond apart)
+    assert len(life.ran) == 6  # the queue (10, 20, 30), then 40, 50 and 60
+    assert life.keyed.stats().caught_up == 6 and life.missed == []
+    life.advance(4)
+    assert [t for _, t in life.ran][6:] == [70.0]
+    life.keyed.close()
