@@ -2042,3 +2042,28 @@ def test_a_pause_of_a_key_no_process_holds_comes_with_its_claim(dsn: str) -> Non
     keeper_round(store, holder)
     assert [(r.key, r.paused) for r in holder.adopted] == [("k", True)]
     store.close()
+
+
+def test_a_keeper_read_older_than_a_resume_here_does_not_pause_the_key_again(dsn: str) -> None:
+    """The holder resumes its own key while its keeper's full read, made just before the commit, is on
+    its way: the read's answer (paused) must not pause the key again once the resume is applied (it did,
+    until the next full read: 10 x lease / 3)."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(0.1), lease=30.0)
+    a.keyed.upsert("k")
+    a.keyed.pause("k")
+    shared = a.keyed._shared_keys
+    real = a.store.set_paused
+    seen: dict[str, Any] = {}
+
+    def set_paused(keys: Any, paused: bool) -> Any:  # (the keeper's read, just before the commit)
+        seen["stamp"] = shared.stamp()
+        seen["flags"] = dict(sql(dsn, "SELECT 'k', paused FROM timerwheel_keys"))
+        return real(keys, paused)
+
+    a.store.set_paused = set_paused  # type: ignore[method-assign]
+    assert a.keyed.resume("k") is True
+    shared.paused(seen["flags"], seen["stamp"])  # (its answer, applied after the resume)
+    wait_for(lambda: any(k == "k" for k, _ in runs), 2.0, "k runs")
+    assert a.keyed.get("k").state is not KeyState.PAUSED  # type: ignore[union-attr]
+    a.close()

@@ -55,6 +55,11 @@ FOUND = [
     ("sqlite", 1304, "a replace_all() left a key whose upsert raised after its commit: it came back"),
     ("sqlite", 1612, "a remove() of a key whose upsert raised after its commit did not reach the file"),
     ("shared", 20, "BEFORE_RUN: a run's end armed the key again at the fire whose take was on its way"),
+    (
+        "shared",
+        33,
+        "the oracle took the interrupted fire of a key paused since, held for its resume, for lost",
+    ),
     ("shared", 40, "BEFORE_RUN with a slow store: the same fire taken twice by its own process"),
     ("shared", 71, "a fire handed over and not begun yet was armed again by the end of the run before it"),
     ("shared", 72, "a catch-up fire being taken was armed again by the end of the run before it"),
@@ -243,6 +248,30 @@ def test_a_resume_that_skips_the_paused_fires_silently_is_caught(
         cluster.resume_key("a")
         cluster.quiet()
         assert {v.invariant for v in cluster.violations} == {"no-lost-fire"}
+
+
+def test_a_shared_store_that_takes_a_paused_keys_fire_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = _simstore.SimDatabase.start_fire
+
+    def ignores_pauses(self: Any, row: Any, *args: Any) -> int:
+        key = self.keys.get(row.key)
+        paused = key is not None and key["paused"]
+        if paused:
+            key["paused"] = False
+        try:
+            return int(real(self, row, *args))
+        finally:
+            if paused:
+                key["paused"] = True
+
+    monkeypatch.setattr(_simstore.SimDatabase, "start_fire", ignores_pauses)
+    cluster = SimulatedCluster(every_second, lambda key, data: None, processes=2)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(2.0)
+        cluster.pause_key("a")
+        cluster.run_for(3.0)
+        assert "paused-runs-nothing" in {v.invariant for v in cluster.violations}
 
 
 def test_a_pause_during_a_takeover_holds_and_the_resume_reaches_the_new_holder() -> None:

@@ -154,6 +154,7 @@ class Key(WallTimer):
         "retake",
         "running",
         "state",
+        "voided",
     )
 
     def __init__(self, owner: KeyOwner, key: Hashable, data: Any) -> None:
@@ -183,6 +184,9 @@ class Key(WallTimer):
         # have lapsed since, (generation, scheduled_for, started_at): the fire's next take is the same
         # take again, with the same started_at, which a store takes at the same attempt.
         self.retake: tuple[int, float, int] | None = None
+        # The fire that was handed over when the key was paused, (generation, scheduled_for): it does not
+        # start when its job comes (it stays the key's plan, which resume decides about), nor later.
+        self.voided: tuple[int, float] | None = None
 
     def row(
         self,

@@ -65,13 +65,18 @@ def decide(
 ) -> Plan:
     """What a stored key does at start (or when a shared store's claim brings it here, or when it is
     resumed): its interrupted fire (recover), the fires it missed meanwhile (catch_up, max_catch_up,
-    misfire_grace), then its timer. `queued`: fires decided already (a resumed key's catch-up queue):
-    they run first, as they are, and the missed fires are those after them. Decided only: nothing
+    misfire_grace), then its timer. `queued`: a resumed key's queue: its reruns of interrupted fires
+    (decided by recover already) run first, as they are; its other fires (a catch-up not run yet, a
+    fire waiting to be taken again) are fires it owes, missed as the others. Decided only: nothing
     changes until apply_all."""
     plan = Plan(rec.state, rec.next_run_at, rec.last_error)
     queue = plan.queue
-    queue += queued  # (decided already: they stand for the catch-up run, as an interrupted fire does)
-    base = rec.next_run_at if not queue else _as_if_ended(rec, queue[-1][0], evaluate)
+    owed = [when for when, rerun in queued if not rerun]
+    queue += [fire for fire in queued if fire[1]]  # (they stand for the catch-up run, as at a start)
+    if owed:
+        base: float | None = min(owed)
+    else:
+        base = rec.next_run_at if not queue else _as_if_ended(rec, queue[-1][0], evaluate)
     interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
     # A fire at or before the key's last started one is no missed fire: it ran, or it is in the
     # fire log as unfinished (rerun, or abandoned, below), and so is every unfinished one (the row
@@ -146,7 +151,7 @@ def decide(
     chosen = set(run)
     plan.skipped = [m for m in missed if m not in chosen]
     queue += [(m, False) for m in run]
-    plan.caught_up = len(run)
+    plan.caught_up = len(chosen.difference(owed))  # (a fire it owed was counted when it was queued)
     if queue:
         plan.state, plan.at = KeyState.PENDING, queue[0][0]
     elif plan.beyond:

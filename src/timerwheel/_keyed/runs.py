@@ -277,6 +277,9 @@ class Runs:
     def _prepare(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
         if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
             return None
+        if rec.voided == (generation, scheduled_for):  # (handed over before a pause: see Key.voided)
+            rec.voided = None
+            return None
         if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
             return None
         if rec.running and self.table.reschedule is not Reschedule.BEFORE_RUN:
@@ -386,6 +389,8 @@ class Runs:
         taken, asked = take
         if rec.handed == (generation, scheduled_for):
             rec.handed = None  # (its take is done: what follows plans the key)
+        if rec.voided == (generation, scheduled_for):
+            rec.voided = None  # (paused while its take was on its way: the take decides, as for any run)
         lapsed = self.table.lease is not None and self.table.monotonic() >= asked + self.table.lease
         if lapsed and isinstance(taken, int) and taken:
             taken = LeaseLapsed(
@@ -555,7 +560,12 @@ class Runs:
         with self.table.lock:
             if rec.handed == (generation, scheduled_for):
                 rec.handed = None
+            if rec.voided == (generation, scheduled_for):  # (handed before a pause: resume decides it)
+                rec.voided = None
+                return
             if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
+                return
+            if rec.paused:  # (its fire stays the key's plan: resume decides it)
                 return
             if rec.id is not None:
                 return  # armed meanwhile (an upsert)

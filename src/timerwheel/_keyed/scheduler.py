@@ -330,8 +330,9 @@ class KeyedScheduler:
                 if rec.contexts and not self._wait_on_close:  # a run going on: told (ctx.cancelled)
                     for ctx in rec.contexts:
                         ctx.cancelled.set()
-                if rec.state is not KeyState.DISABLED:
-                    t.call(t.on_state_change, rec.key, rec.state, KeyState.DISABLED)
+                shown = KeyState.PAUSED if rec.paused else rec.state  # (what the user was told last)
+                if shown is not KeyState.DISABLED:
+                    t.call(t.on_state_change, rec.key, shown, KeyState.DISABLED)
             if t.engine is not None:
                 t.engine.remove_calendar(t.group)
             if t.shared and t.started:
@@ -559,8 +560,8 @@ class KeyedScheduler:
         generation and plan (the fire the pause holds back), and shows KeyState.PAUSED. A run going on
         goes on to its end. An upsert() meanwhile changes its data and plan and leaves it paused. The
         pause is stored: it holds across restarts, and with a shared store every process sees it (the
-        database refuses the key's fires from the moment pause() returns). Pausing a paused key does
-        nothing. O(1) (a commit with a durable store).
+        database refuses to take the key's fires from the moment pause() returns). Pausing a paused
+        key does nothing. O(1) (a commit with a durable store).
 
         Returns:
             False (no error) for a key it does not have (a shared store: that the database does not

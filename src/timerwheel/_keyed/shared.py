@@ -139,8 +139,10 @@ class SharedKeys:
                     rec = self.table.keys.get(key)
                     applies = self.applies(key, seq)  # (asked of every key: see applies)
                     named = keys is None or key in known
-                    if applies and named and rec is not None and rec.paused != paused:
-                        recs.append(rec)
+                    if applies and named and rec is not None:
+                        self.table.taken(key)  # (what the store's threads read before now does not undo it)
+                        if rec.paused != paused:
+                            recs.append(rec)
                 if paused:
                     for rec in recs:
                         self.table.pause(rec)

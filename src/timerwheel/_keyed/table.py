@@ -166,6 +166,7 @@ class KeyTable:
         rec = self.keys.pop(key)
         self.loaded.discard(key)
         self.paused_fires.pop(key, None)
+        rec.paused = False  # (its pause goes with it: a key added again is not paused)
         rec.handed = None
         if self.shared:
             self.taken(key)  # (a tombstone: what the database said before now does not bring it back)
@@ -267,6 +268,8 @@ class KeyTable:
             return
         old = rec.state
         rec.paused = True
+        if rec.handed is not None:  # (its job is on its way: it must not start it, not even after resume)
+            rec.voided, rec.handed = rec.handed, None
         self.disarm(rec)
         self.call(self.on_state_change, rec.key, old, KeyState.PAUSED)
 

@@ -125,7 +125,12 @@ class Oracle:
 
     def started(self, p: Any, run: SimRun) -> None:
         self.checks += 4
-        if self.cluster.db is None and self.paused_at(run.key, self.cluster.now, len(self.trace)):
+        if self.cluster.db is None:
+            paused = self.paused_at(run.key, self.cluster.now, len(self.trace))
+        else:  # (shared: the store's commits say whether the key was paused as its fire was taken)
+            fire = self.cluster.db.fires.get((run.key, run.generation, run.scheduled_for))
+            paused = fire is not None and self._paused_in_store(run.key, fire["taken"])
+        if paused:
             self.violate(
                 "paused-runs-nothing",
                 f"{p.name} ran key {run.key!r} (g{run.generation}, {run.scheduled_for}) while it was paused",
@@ -358,8 +363,8 @@ class Oracle:
             if r.ended is not None or self.cluster.process(r.process).died is None:
                 continue
             self.checks += 1
-            if self._generation(r.key) != r.generation:
-                continue
+            if self._generation(r.key) != r.generation or self._paused_now(r.key):
+                continue  # (changed since; or paused: its rerun waits for the resume, which decides it)
             holder = self.cluster.holder(r.key)
             if (
                 holder is not None
@@ -379,6 +384,31 @@ class Oracle:
                     f"{r.process}, was not run again (recover=RERUN)",
                 )
                 return
+
+    def _paused_now(self, key: Hashable) -> bool:
+        """Whether the key is paused now (in the store; or, one process, in its memory)."""
+        if self.cluster.db is not None:
+            row = self.cluster.db.keys.get(key)
+            return row is not None and bool(row["paused"])
+        return any(
+            (info := p.keyed.get(key)) is not None and info.state is KeyState.PAUSED
+            for p in self.cluster.live()
+        )
+
+    def _paused_in_store(self, key: Hashable, at: float) -> bool:
+        """Whether the shared store had the key paused at `at` (the database's clock), by its commits:
+        paused by a pause, until a resume or a removal (an upsert keeps it)."""
+        paused = False
+        for when, what, k, _, _ in self.cluster.db.commits:
+            if when > at:
+                break
+            if k != key:
+                continue
+            if what == "pause":
+                paused = True
+            elif what in ("resume", "remove"):
+                paused = False
+        return paused
 
     def _generation(self, key: Hashable) -> int | None:
         """The key's generation in the store now (None: not there)."""
@@ -418,9 +448,9 @@ class Oracle:
                 busy.setdefault(k, []).append((change["asked"] - self.cluster.bound(), end + 1.0))
                 if self.cluster.db is None:
                     returned = change["returned"] is not None
-                    if value in ("pause", "resume"):
-                        event = (value, None) if returned else ("data", _UNSURE)
-                        timeline.setdefault(k, []).append((change["asked"], event[0], event[1], None))
+                    if value in ("pause", "resume"):  # ("pause?": one that raised, or never returned)
+                        kind = value if returned else f"{value}?"
+                        timeline.setdefault(k, []).append((change["asked"], kind, None, None))
                         continue
                     settled = value if returned else _UNSURE
                     planned = change.get("planned", {}).get(k)
@@ -607,34 +637,44 @@ _UNSURE: Any = type("Unsure", (), {"__repr__": lambda self: "<a change that rais
 
 def _unpaused(events: list[tuple[float, str, Any, float | None]]) -> list[tuple[float, Any, float | None]]:
     """A key's timeline (sorted) as (since, data due, first fire). A pause that a resume ends is
-    downtime: its points are due as any (each one ran, or the catch-up at resume reported it missed). A
-    pause that no resume ends (the key is still paused, or it was removed) makes nothing due from it."""
+    downtime: its points are due as any (each one ran, or the catch-up at resume reported it missed).
+    A pause that no resume ends (the key is still paused, or it was removed) makes nothing due from it.
+    A pause or a resume that may not have been made ("pause?", "resume?": it raised, or its process
+    died first) leaves the key's pause unknown (_UNSURE: not judged) until a resume that returned, or
+    a removal, says; a pause that a resume ends is downtime, made or not."""
     ended = [False] * len(events)
     open_: list[int] = []
     for i, (_, kind, value, _) in enumerate(events):
-        if kind == "pause":
+        if kind in ("pause", "pause?"):
             open_.append(i)
         elif kind == "resume":
             for j in open_:
                 ended[j] = True
             open_ = []
-        elif value is _MISSING:  # (removed: its pause went with it)
+        elif kind == "data" and value is _MISSING:  # (removed: its pause went with it)
             open_ = []
     out: list[tuple[float, Any, float | None]] = []
     data: Any = _MISSING
-    paused = False
+    pause: Any = None  # None: not paused; True: paused (no resume ends it); _UNSURE: unknown
     for i, (since, kind, value, planned) in enumerate(events):
-        if kind == "pause":
-            paused = paused or not ended[i]
-            out.append((since, _MISSING if paused else data, None))
+        if kind == "pause" and not ended[i]:
+            pause = True
+        elif kind == "pause?" and not ended[i]:
+            pause = True if pause is True else _UNSURE
         elif kind == "resume":
-            paused = False
-            out.append((since, data, None))
-        else:
+            pause = None
+        elif kind == "resume?":
+            pause = None if pause is None else _UNSURE
+        elif kind == "data":
             if value is _MISSING:
-                paused = False
+                pause = None
             data = value
-            out.append((since, _MISSING if paused and value is not _UNSURE else value, planned))
+        if data is _MISSING or pause is True:
+            out.append((since, _MISSING, None))
+        elif pause is _UNSURE:
+            out.append((since, _UNSURE, None))
+        else:
+            out.append((since, data, planned if kind == "data" else None))
     return out
 
 

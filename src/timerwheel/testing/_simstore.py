@@ -150,6 +150,7 @@ class SimDatabase:
             fire["started_at"], fire["owner"] = started_at, owner
         else:
             return 0
+        fire["taken"] = self.now()  # (when: the oracle checks that no paused key's fire was taken)
         for other in [f for f, v in self.fires.items() if f[0] == row.key and v["finished_at"] is not None]:
             if other[2] < scheduled_for:
                 del self.fires[other]
