@@ -16,13 +16,15 @@ import pytest
 
 from timerwheel import (
     CatchUp,
+    KeyedScheduler,
     KeyState,
     MemoryStore,
     Reschedule,
     SQLiteStore,
     StoreError,
+    ThreadedScheduler,
 )
-from timerwheel.testing import ManualClock
+from timerwheel.testing import ManualClock, wait_until_idle
 
 from . import test_durable as durable
 
@@ -489,3 +491,25 @@ def test_close_tells_a_paused_key_changes_from_paused_to_disabled(store: Any, cl
     life.keyed.pause("k")
     life.keyed.close()
     assert life.states[-1] == ("k", KeyState.PAUSED, KeyState.DISABLED)
+
+
+def test_pause_and_resume_from_another_thread_under_a_threaded_scheduler(clock: ManualClock) -> None:
+    """The runs go on worker threads; pause() and resume() come from the caller's thread."""
+    ran: list[float] = []
+    sched = ThreadedScheduler(clock=clock, workers=2)
+    keyed = KeyedScheduler(sched, every_10s, lambda key, data: ran.append(clock.wall() - T0))
+    keyed.upsert("k")
+    keyed.start()
+    try:
+        clock.advance(10)
+        wait_until_idle(sched)
+        assert ran == [10.0]
+        keyed.pause("k")
+        clock.advance(30)
+        wait_until_idle(sched)
+        assert ran == [10.0] and keyed.get("k").state is KeyState.PAUSED  # type: ignore[union-attr]
+        keyed.resume("k")  # (the fires of 20, 30 and 40: the latest runs, on a worker)
+        wait_until_idle(sched)
+        assert ran == [10.0, 40.0] and keyed.stats().missed == 2
+    finally:
+        keyed.close()

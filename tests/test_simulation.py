@@ -60,6 +60,7 @@ FOUND = [
         33,
         "the oracle took the interrupted fire of a key paused since, held for its resume, for lost",
     ),
+    ("sqlite", 80006, "the oracle took a key whose upsert raised for one that pause_all() paused"),
     ("shared", 40, "BEFORE_RUN with a slow store: the same fire taken twice by its own process"),
     ("shared", 71, "a fire handed over and not begun yet was armed again by the end of the run before it"),
     ("shared", 72, "a catch-up fire being taken was armed again by the end of the run before it"),

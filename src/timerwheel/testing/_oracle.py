@@ -493,22 +493,26 @@ class Oracle:
             if at <= t
         ]
         events += [(c["asked"], c) for c in self.changes if c["asked"] <= t]
-        paused = exists = False
+        paused = False
+        exists: bool | None = False  # (None: a change that raised may or may not have made it)
         for _, c in sorted(events, key=lambda e: e[0]):
             what = c["what"]
+            made = c.get("returned") is not None
             if what == "load":
                 exists, paused = key in c["keys"], key in c["paused"]
             elif what == "replace":
-                exists = key in c["data"]
-                paused = paused and exists
+                exists = (key in c["data"]) if made else None
+                paused = paused and exists is True
             elif c["key"] not in (key, None):
                 continue
             elif what == "upsert":
-                exists = True
-            elif what == "remove" or what == "resume":
-                exists, paused = exists and what == "resume", False
+                exists = True if made else (exists or None)
+            elif what == "remove":
+                exists, paused = (False if made else None), False
+            elif what == "resume":
+                paused = False
             elif what == "pause" and c.get("seq", math.inf) < seq:
-                paused = paused or exists
+                paused = paused or exists is True
         return paused
 
     def _points_of(
