@@ -513,3 +513,86 @@ def test_pause_and_resume_from_another_thread_under_a_threaded_scheduler(clock: 
         assert ran == [10.0, 40.0] and keyed.stats().missed == 2
     finally:
         keyed.close()
+
+
+def test_quick_pauses_and_resumes_of_a_key_whose_fire_waits_for_a_worker_run_it_once(
+    clock: ManualClock,
+) -> None:
+    """A fire handed over waits for the one worker (busy); the key is paused and resumed twice, quickly,
+    its fire handed over again each time. Every job handed over before a pause is void: the fire runs
+    once. (One void fire per key used to be kept, and a stale job cleared the newer hand-over: it ran
+    twice.)"""
+    import threading
+    import time
+
+    gate = threading.Event()
+    runs: list[tuple[Any, float]] = []
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        seconds = now.timestamp() - T0 - data["off"]
+        return datetime.fromtimestamp(T0 + data["off"] + (seconds // 10 + 1) * 10, UTC)
+
+    def run(ctx: Any, key: Any, data: Any) -> None:
+        runs.append((key, ctx.scheduled_for - T0))
+        if key == "blocker":
+            gate.wait(10)
+
+    def until(predicate: Any) -> None:  # (another thread changes it; the bound only stops a hang)
+        deadline = time.monotonic() + 10
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert predicate()
+
+    sched = ThreadedScheduler(clock=clock, workers=1)
+    keyed = KeyedScheduler(sched, next_run, run, context=True)
+    keyed.upsert("blocker", {"off": 5})
+    keyed.upsert("b", {"off": 0})
+    keyed.start()
+    try:
+        clock.advance(5)
+        until(lambda: runs == [("blocker", 5.0)])  # (it holds the only worker)
+        clock.advance(5)
+        b = keyed._keys["b"]
+        until(lambda: b.handed is not None)  # (b's fire of 10 s waits for the worker)
+        for _ in range(2):
+            keyed.pause("b")
+            keyed.resume("b")
+            until(lambda: b.handed is not None)
+        gate.set()
+        wait_until_idle(sched)
+        assert [t for key, t in runs if key == "b"] == [10.0]
+    finally:
+        gate.set()
+        keyed.close()
+
+
+def test_a_fire_the_start_reported_missed_does_not_run_at_the_resume(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A start decides a catch-up (ALL, max_catch_up=3: the fires of 10, 20 and 30 s queued, 40 s and on
+    reported missed); the key is paused before the queue ran, and resumed. The queue still owes its
+    fires, and the pause adds those after the start; a fire the start reported missed stays missed (the
+    resume used to walk the fires again from the queue's head, and ran the fire of 40 s)."""
+    path = tmp_path / "keys.db"
+    fires: list[float] = []
+    life = Life(SQLiteStore(path), clock, catch_up=CatchUp.ALL, max_catch_up=3)
+    life.keyed.upsert("k")
+    life.keyed.close()
+    clock.set_wall(T0 + 75)
+    life = Life(
+        SQLiteStore(path),
+        clock,
+        catch_up=CatchUp.ALL,
+        max_catch_up=3,
+        context=True,
+        run=lambda ctx, key, data: fires.append(ctx.scheduled_for - T0),
+    )
+    life.keyed.start()
+    assert life.missed == [("k", 1, 40.0, 40.0)]  # (at least 1: more than max_catch_up + 1 steps)
+    life.keyed.pause("k")
+    life.advance(30)
+    life.keyed.resume("k")
+    life.advance(1)
+    assert fires == [10.0, 20.0, 30.0] and 40.0 not in fires
+    assert life.missed[1:] == [("k", 1, 80.0, 80.0)]
+    life.keyed.close()

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from timerwheel import (
+    CatchUp,
     KeyedScheduler,
     KeyState,
     PostgresStore,
@@ -2065,5 +2066,97 @@ def test_a_keeper_read_older_than_a_resume_here_does_not_pause_the_key_again(dsn
     assert a.keyed.resume("k") is True
     shared.paused(seen["flags"], seen["stamp"])  # (its answer, applied after the resume)
     wait_for(lambda: any(k == "k" for k, _ in runs), 2.0, "k runs")
+    assert a.keyed.get("k").state is not KeyState.PAUSED  # type: ignore[union-attr]
+    a.close()
+
+
+def held_take(node: Node, key: Any) -> tuple[threading.Event, threading.Event]:
+    """The first take of `key` by `node` is committed, and its answer held back until `release` is set
+    (`asked` is set once it is committed)."""
+    real = node.store.start_fires
+    asked, release = threading.Event(), threading.Event()
+
+    def start_fires(takes: Any) -> Any:
+        if asked.is_set() or not any(row.key == key for row, *_ in takes):
+            return real(takes)
+        out = real(takes)  # (committed; its answer held back)
+        asked.set()
+        release.wait(10)
+        return out
+
+    node.store.start_fires = start_fires  # type: ignore[method-assign]
+    return asked, release
+
+
+def one_fire(delay: float) -> Any:
+    """next_run: a fire `delay` s after the key's first evaluation, then none for an hour."""
+    first: dict[Any, float] = {}
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime:
+        at = first.setdefault(key, now.timestamp() + delay)
+        return datetime.fromtimestamp(at, UTC) if now.timestamp() < at else now + timedelta(hours=1)
+
+    return next_run
+
+
+@pytest.mark.realtime
+@pytest.mark.parametrize("catch_up", [CatchUp.SKIP, CatchUp.ONCE])
+def test_a_key_resumed_while_its_take_is_on_its_way_is_decided_from_what_the_take_made(
+    dsn: str, catch_up: CatchUp
+) -> None:
+    """The take of a fire commits; before its answer comes back the key is paused and resumed. The fire
+    was taken: its run goes on (as a run going on at the pause does), and is not also reported missed
+    (the resume used to decide the fire as missed, then the take's answer ran it). Tolerance: 5 s for
+    the run on a loaded CI machine."""
+    runs: collections.Counter[Any] = collections.Counter()
+    missed: list[Any] = []
+    a = Node(
+        dsn,
+        runs,
+        next_run=one_fire(0.3),
+        catch_up=catch_up,
+        on_missed=lambda k, d, n, first, last: missed.append((k, n, first.timestamp())),
+        lease=30.0,
+    )
+    asked, release = held_take(a, "k")
+    a.keyed.upsert("k")
+    assert asked.wait(5)
+    assert a.keyed.pause("k") and a.keyed.resume("k")
+    release.set()
+    wait_for(lambda: bool(runs), 5.0, "the fire taken runs")
+    a.close()
+    ((key, at),) = runs
+    assert runs[(key, at)] == 1 and not [m for m in missed if abs(m[2] - at) < 1e-6]
+
+
+@pytest.mark.realtime
+def test_a_refusal_older_than_a_resume_here_does_not_pause_the_key_again(dsn: str) -> None:
+    """pause(); the key's take reaches the database (refused: paused); resume() returns; then the
+    refusal comes back. The key stays resumed and runs (it used to be paused again until the keeper's
+    next round read the flags: lease / 3, 10 s here). Tolerance: 5 s on a loaded CI machine."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(0.2), lease=30.0)
+    real = a.store.start_fires
+    asked, go, done, release = (threading.Event() for _ in range(4))
+
+    def start_fires(takes: Any) -> Any:
+        if asked.is_set():
+            return real(takes)
+        asked.set()
+        go.wait(10)
+        out = real(takes)
+        done.set()
+        release.wait(10)
+        return out
+
+    a.store.start_fires = start_fires  # type: ignore[method-assign]
+    a.keyed.upsert("k")
+    assert asked.wait(5)
+    a.keyed.pause("k")
+    go.set()
+    assert done.wait(5)
+    a.keyed.resume("k")
+    release.set()
+    wait_for(lambda: bool(runs), 5.0, "k runs after its resume")
     assert a.keyed.get("k").state is not KeyState.PAUSED  # type: ignore[union-attr]
     a.close()

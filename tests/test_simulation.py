@@ -61,6 +61,7 @@ FOUND = [
         "the oracle took the interrupted fire of a key paused since, held for its resume, for lost",
     ),
     ("sqlite", 80006, "the oracle took a key whose upsert raised for one that pause_all() paused"),
+    ("sqlite", 93012, "a resume walked a catch-up queue's fires again, and ran one the start reported"),
     ("shared", 40, "BEFORE_RUN with a slow store: the same fire taken twice by its own process"),
     ("shared", 71, "a fire handed over and not begun yet was armed again by the end of the run before it"),
     ("shared", 72, "a catch-up fire being taken was armed again by the end of the run before it"),
@@ -301,6 +302,19 @@ def test_a_pause_during_a_takeover_holds_and_the_resume_reaches_the_new_holder()
         assert not [r for r in cluster.runs if r.key == "a" and paused_at - 7.5 < r.started < paused_at]
         assert any(r.key == "a" and r.started > paused_at for r in cluster.runs)
         assert cluster.missed  # (the fires of the pause, reported at resume)
+
+
+def test_a_fire_reported_missed_that_ran_is_caught() -> None:
+    """A process reports missed (on_missed) a fire it ran, or runs one it reported: a resume that
+    decided a fire missed while its take was on its way, then ran it, did both."""
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store="memory", processes=1)
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(2.0)
+        p = cluster.processes[0]
+        run = cluster.runs[-1]
+        p.keyed._table.report_missed(p.keyed._keys["a"], [run.scheduled_for / 1e6], False, "paused")
+        assert [v.invariant for v in cluster.violations] == ["missed-not-run"]
 
 
 # -- the public API and the command ---------------------------------------------------------------------

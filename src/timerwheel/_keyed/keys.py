@@ -142,7 +142,9 @@ class Key(WallTimer):
         "catch_up",
         "contexts",
         "data",
+        "decided",
         "generation",
+        "hand",
         "handed",
         "key",
         "last_call",
@@ -151,9 +153,11 @@ class Key(WallTimer):
         "next_run_at",
         "owner",
         "paused",
+        "resumed",
         "retake",
         "running",
         "state",
+        "taking",
         "voided",
     )
 
@@ -175,6 +179,7 @@ class Key(WallTimer):
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
         self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
+        self.decided: float | None = None  # the wall time a start or a claim decided its catch_up at
         self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
         # The fire handed to the scheduler whose take is not done yet, (generation, scheduled_for), or
         # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
@@ -184,9 +189,15 @@ class Key(WallTimer):
         # have lapsed since, (generation, scheduled_for, started_at): the fire's next take is the same
         # take again, with the same started_at, which a store takes at the same attempt.
         self.retake: tuple[int, float, int] | None = None
-        # The fire that was handed over when the key was paused, (generation, scheduled_for): it does not
-        # start when its job comes (it stays the key's plan, which resume decides about), nor later.
-        self.voided: tuple[int, float] | None = None
+        # Every hand-over of a fire to the scheduler has a token (`hand`: the latest one's); a pause voids
+        # those made before it (`voided`: the latest void token): such a job, when it comes, does not
+        # start its fire (it stays the key's plan, which resume decides about), not even after a resume.
+        self.hand = 0
+        self.voided = 0
+        # A shared store's takes of its fires on their way (`taking`); a key resumed meanwhile is decided
+        # about once they are done (`resumed`: see Runs._take_done), from what they made of it.
+        self.taking = 0
+        self.resumed = False
 
     def row(
         self,

@@ -42,6 +42,7 @@ class Plan:
     last_error: str | None
     error: BaseException | None = None
     queue: list[tuple[float, bool]] = dataclasses.field(default_factory=list)
+    decided: float | None = None  # (its wall time: the queue stands for the fires due till then)
     skipped: list[float] = dataclasses.field(default_factory=list)
     beyond: bool = False
     finished: list[FinishedFire] = dataclasses.field(default_factory=list)
@@ -69,12 +70,16 @@ def decide(
     (decided by recover already) run first, as they are; its other fires (a catch-up not run yet, a
     fire waiting to be taken again) are fires it owes, missed as the others. Decided only: nothing
     changes until apply_all."""
-    plan = Plan(rec.state, rec.next_run_at, rec.last_error)
+    plan = Plan(rec.state, rec.next_run_at, rec.last_error, decided=wall_now)
     queue = plan.queue
     owed = [when for when, rerun in queued if not rerun]
     queue += [fire for fire in queued if fire[1]]  # (they stand for the catch-up run, as at a start)
-    if owed:
-        base: float | None = min(owed)
+    base: float | None
+    if owed and rec.decided is not None:
+        # (a catch-up queued at a start or a claim: it decided the fires up to then; not again)
+        base = _as_if_ended(rec, max(max(owed), rec.decided), evaluate)
+    elif owed:
+        base, owed = min(owed), []
     else:
         base = rec.next_run_at if not queue else _as_if_ended(rec, queue[-1][0], evaluate)
     interrupted = rec.state is KeyState.RUNNING  # (a run was going when the process stopped)
@@ -121,7 +126,7 @@ def decide(
         return plan
     if rec.state is KeyState.INVALID or (base is None and not queue and rec.state is not KeyState.DISABLED):
         return _afresh(plan, rec, wall_now, evaluate)  # nothing to catch up from: next_run afresh
-    missed: list[float] = []
+    missed: list[float] = sorted(owed)
     t: float | None = base
     result: Any = base
     # (A life that decided to rerun a fire and ended before the rerun left it as the key's next run:
@@ -292,6 +297,7 @@ def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]], paused: bool 
         for message in plan.abandoned:
             logger.warning("timerwheel: key %r: %s", rec.key, message)
         rec.catch_up = plan.queue or None
+        rec.decided = plan.decided if plan.queue else None
         table.apply(rec, plan.state, plan.at, plan.last_error, plan.error)
         if plan.skipped:
             count = len(plan.skipped)
@@ -333,6 +339,10 @@ def resume(
     planned when the run ends, as always. `write(rows, finished)` records what was decided (every
     resumed key's row, not paused), before anything is applied; if it raises, the keys stay paused and
     nothing changed."""
+    recs = [rec for rec in recs if rec.paused]
+    for rec in recs:
+        if rec.taking:  # (a take on its way: decided once it is done, from what it made of the key)
+            rec.paused, rec.resumed = False, True
     recs = [rec for rec in recs if rec.paused]
     fires = {rec.key: table.paused_fires.pop(rec.key) for rec in recs if rec.key in table.paused_fires}
     for rec in recs:

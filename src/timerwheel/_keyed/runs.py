@@ -30,6 +30,7 @@ from .keys import (
     since,
     value_of,
 )
+from .recovery import resume
 from .shared import Fence, LeaseLapsed
 from .table import KeyTable
 
@@ -46,6 +47,7 @@ class Start(NamedTuple):
     generation: int
     scheduled_for: float
     rerun: bool
+    hand: int  # (the hand-over's token: see Key.hand)
     wall_now: float
     started_at: int  # what the take records (microseconds): wall_now's, or a retake's first (Key.retake)
     rest: list[tuple[float, bool]]
@@ -109,19 +111,25 @@ class Runs:
         if rec.handed == fire:
             return  # handed over already, its take not done yet: the take plans the key's next fire
         rec.handed = fire
+        rec.hand += 1
         engine.schedule_at(
-            rec.due, self.job, args=(rec, rec.generation, scheduled_for, rerun), options=self.options
+            rec.due,
+            self.job,
+            args=(rec, rec.generation, scheduled_for, rerun, rec.hand),
+            options=self.options,
         )
 
     # -- the run, as the scheduler's job --------------------------------------------------------------
 
-    def run_key(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+    def run_key(
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
+    ) -> Any:
         """A key's run, as the scheduler's job: begin, run, end. Under an AsyncScheduler, a run that
         returns an awaitable (an async function behind a plain decorator) is awaited: what this returns
         then is a coroutine, which the driver runs as a task, and the run ends when it does."""
         _running.depth = getattr(_running, "depth", 0) + 1  # (a callback of _begin may close: not wait)
         try:
-            data = self._begin(ctx, rec, generation, scheduled_for, rerun)
+            data = self._begin(ctx, rec, generation, scheduled_for, rerun, hand)
         except BaseException:
             _running.depth -= 1
             raise
@@ -170,10 +178,10 @@ class Runs:
             self.table.raise_held()
 
     async def run_async(
-        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
     ) -> None:
         _in_async_run.set(True)  # (this task's own context: aclose() from it does not wait for itself)
-        data = await self._abegin(ctx, rec, generation, scheduled_for, rerun)
+        data = await self._abegin(ctx, rec, generation, scheduled_for, rerun, hand)
         if data is STALE:
             self.table.raise_held()
             return
@@ -200,34 +208,38 @@ class Runs:
 
     # -- beginning: the take --------------------------------------------------------------------------
 
-    def _begin(self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Any:
+    def _begin(
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
+    ) -> Any:
         """A key's run starts: its data, or STALE if the key was removed, replaced or closed since it
         fired (the run is superseded, and does not run), or if a durable store says the fire was taken.
         With a durable store the fire is committed as started, with the key's row, before the run. A
         shared store's take is a database round trip: it is made without the lock (no other key waits
         for it), by the store's writer (see Writer)."""
         with self.table.lock:
-            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            start = self._prepare_start(rec, generation, scheduled_for, rerun, hand)
             if start is None:
                 return STALE
             if not self.table.shared:
                 return self._take_done(ctx, start, self._take(start))
+            rec.taking += 1
         taken = self.journal.writer().submit_batched(self._takes, start, rec.key).result()
         with self.table.lock:
             return self._take_done(ctx, start, taken)
 
     async def _abegin(
-        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool
+        self, ctx: JobContext, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
     ) -> Any:
         """_begin() on an event loop: a shared store's take is awaited, never waited for on the loop."""
         import asyncio
 
         with self.table.lock:
-            start = self._prepare_start(rec, generation, scheduled_for, rerun)
+            start = self._prepare_start(rec, generation, scheduled_for, rerun, hand)
             if start is None:
                 return STALE
             if not self.table.shared:
                 return self._take_done(ctx, start, self._take(start))
+            rec.taking += 1
         take = asyncio.wrap_future(self.journal.writer().submit_batched(self._takes, start, rec.key))
         cancelled: BaseException | None = None
         cancels = 0
@@ -238,8 +250,9 @@ class Runs:
             except asyncio.CancelledError as exc:
                 if take.cancelled():  # (the writer stopped without making it: the key is left as it was)
                     with self.table.lock:
-                        if rec.handed == (generation, scheduled_for):
+                        if rec.handed == (generation, scheduled_for) and rec.hand == hand:
                             rec.handed = None
+                        rec.taking -= 1
                         self._untake(rec, None)
                     raise
                 cancelled, cancels = exc, cancels + 1
@@ -264,21 +277,24 @@ class Runs:
         self.table.raise_held()
         raise cancelled
 
-    def _prepare_start(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
+    def _prepare_start(
+        self, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
+    ) -> Start | None:
         """Under the lock: what the start of a fire writes (its key's row), or None if it does not start
         (superseded, waiting for an older generation's run, or the wall clock failing: tried again). The
         run is counted as going from here (rec.running), so that no other fire of the key starts beside
         it while its take is made."""
-        start = self._prepare(rec, generation, scheduled_for, rerun)
-        if start is None and rec.handed == (generation, scheduled_for):
+        start = self._prepare(rec, generation, scheduled_for, rerun, hand)
+        if start is None and rec.handed == (generation, scheduled_for) and rec.hand == hand:
             rec.handed = None  # (not begun: the fire may be handed over again)
         return start
 
-    def _prepare(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Start | None:
+    def _prepare(
+        self, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
+    ) -> Start | None:
         if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
             return None
-        if rec.voided == (generation, scheduled_for):  # (handed over before a pause: see Key.voided)
-            rec.voided = None
+        if hand <= rec.voided:  # (handed over before a pause: see Key.hand)
             return None
         if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
             return None
@@ -334,6 +350,7 @@ class Runs:
             generation,
             scheduled_for,
             rerun,
+            hand,
             wall_now,
             started_at,
             rest,
@@ -378,6 +395,25 @@ class Runs:
         return [(r if isinstance(r, BaseException) else int(r), asked) for r in results]
 
     def _take_done(self, ctx: JobContext, start: Start, take: tuple[int | BaseException, float]) -> Any:
+        """Under the lock, after the take: the run's data, or STALE if it does not run after all (see
+        _taken). A key resumed while its take was on its way is decided about now (recovery.resume),
+        from what the take made of it: a run going on, or its fire still its plan."""
+        rec = start.rec
+        if self.table.shared:
+            rec.taking -= 1
+        try:
+            return self._taken(ctx, start, take)
+        finally:
+            if rec.resumed and not rec.taking:
+                rec.resumed = False
+                if self.table.keys.get(rec.key) is rec and not rec.paused and not self.table.closed:
+                    rec.paused = True  # (what resume() takes up: its pause ends now)
+                    resume(self.table, [rec], self._wall_or(start.scheduled_for), self._write_resumed)
+
+    def _write_resumed(self, rows: list[StoredKey], finished: list[FinishedFire]) -> None:
+        self.journal.write(self.journal.save, rows, finished, f"what {len(rows)} resumed key(s) do")
+
+    def _taken(self, ctx: JobContext, start: Start, take: tuple[int | BaseException, float]) -> Any:
         """Under the lock, after the take: the run's data, or STALE if it does not run after all.
 
         A shared store's key is held under a lease: a process that was paused (SIGSTOP, a long GC, a
@@ -387,10 +423,8 @@ class Runs:
         fire), which succeeds only while the key is still held here."""
         rec, generation, scheduled_for = start.rec, start.generation, start.scheduled_for
         taken, asked = take
-        if rec.handed == (generation, scheduled_for):
+        if rec.handed == (generation, scheduled_for) and rec.hand == start.hand:
             rec.handed = None  # (its take is done: what follows plans the key)
-        if rec.voided == (generation, scheduled_for):
-            rec.voided = None  # (paused while its take was on its way: the take decides, as for any run)
         lapsed = self.table.lease is not None and self.table.monotonic() >= asked + self.table.lease
         if lapsed and isinstance(taken, int) and taken:
             taken = LeaseLapsed(
@@ -403,9 +437,12 @@ class Runs:
             rec.retake = None
         if taken == TAKE_PAUSED and not isinstance(taken, BaseException):
             # Paused by another process (the store refuses its fires): paused here too, the fire kept as
-            # the key's plan (run, or missed, when it is resumed).
+            # the key's plan (run, or missed, when it is resumed). Unless it was resumed here since the
+            # take was asked (the refusal is older than the resume): the fire stays its plan, which the
+            # resume decides about (see _take_done).
             rec.running -= 1
-            if self.table.keys.get(rec.key) is rec and rec.generation == generation:
+            current = self.table.keys.get(rec.key) is rec and rec.generation == generation
+            if current and not rec.resumed:
                 self.table.pause(rec)  # (the fire is still next_run_at, or its queue's head)
                 # (what the store's threads read of the key before now does not undo it; the store's
                 # keeper reads the keys' flags again at its next round: a resume since is found then)
@@ -554,14 +591,13 @@ class Runs:
         if started:
             self.table.call(self.table.on_finish, rec.key, data, error)
 
-    def dropped(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> None:
+    def dropped(self, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int) -> None:
         """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its
         next run is planned afresh (the head of its catch-up queue, if it has one)."""
         with self.table.lock:
-            if rec.handed == (generation, scheduled_for):
+            if rec.handed == (generation, scheduled_for) and rec.hand == hand:
                 rec.handed = None
-            if rec.voided == (generation, scheduled_for):  # (handed before a pause: resume decides it)
-                rec.voided = None
+            if hand <= rec.voided:  # (handed over before a pause: resume decides its fire)
                 return
             if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
                 return

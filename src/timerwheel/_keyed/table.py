@@ -268,8 +268,9 @@ class KeyTable:
             return
         old = rec.state
         rec.paused = True
-        if rec.handed is not None:  # (its job is on its way: it must not start it, not even after resume)
-            rec.voided, rec.handed = rec.handed, None
+        rec.voided = rec.hand  # (the jobs handed over so far do not start their fires: see Key.hand)
+        rec.handed = None
+        rec.resumed = False  # (a resume waiting for a take to be done: this pause is what counts now)
         self.disarm(rec)
         self.call(self.on_state_change, rec.key, old, KeyState.PAUSED)
 

@@ -68,6 +68,8 @@ class Oracle:
         self._seen: dict[Hashable, int] = {}  # the highest generation the store ever had of each key
         self._reports: list[tuple[Hashable, float, float]] = []  # on_missed: (key, first, last covered)
         self._beyond = False  # (a report being made counts a lower bound: see watch_reports)
+        # (key, generation): the fires reported missed, (process, scheduled_for)
+        self._skipped: dict[tuple[Hashable, int], set[tuple[str, int]]] = {}
         self._loads: list[tuple[float, dict[Hashable, Any]]] = []  # (when, every key) a life loaded
         self._loaded_paused: list[set[Hashable]] = []  # (the keys each life loaded paused)
 
@@ -142,6 +144,8 @@ class Oracle:
                 f"{p.name} ran key {run.key!r} at wall {run.wall:.6f}, before its fire at "
                 f"{run.scheduled_for / 1e6:.6f}",
             )
+        if (run.process, run.scheduled_for) in self._skipped.get((run.key, run.generation), ()):
+            self._ran_and_missed(run)
         same = [
             r
             for r in self.runs
@@ -174,6 +178,13 @@ class Oracle:
                     break
         self.runs.append(run)
 
+    def _ran_and_missed(self, run: SimRun) -> None:
+        self.violate(
+            "missed-not-run",
+            f"key {run.key!r}: its fire (g{run.generation}, {run.scheduled_for}) was reported missed and ran "
+            f"(on {run.process})",
+        )
+
     def _on_a_point(self, run: SimRun, data: Any) -> None:
         self.checks += 1
         just_before = datetime.fromtimestamp((run.scheduled_for - 1) / 1e6, UTC)
@@ -192,14 +203,22 @@ class Oracle:
         self._reports.append((key, first.timestamp(), p.keyed_wall() if self._beyond else last.timestamp()))
         self.note(f"{p.name} missed {key!r} {count} from {first.isoformat()} to {last.isoformat()}")
 
-    def watch_reports(self, keyed: KeyedScheduler) -> None:
+    def watch_reports(self, keyed: KeyedScheduler, process: Any) -> None:
         """Note, for _on_missed, whether a report's count is a lower bound (more were missed than
         max_catch_up + 1, the most that a start counts)."""
         table = keyed._table
         report = table.report_missed
 
         def reported(rec: Any, skipped: list[float], beyond: bool, why: str) -> None:
+            # (a fire a process reports missed it never ran, and never runs: see started. Another
+            # process, or the next life, decides anew: a decision is not stored)
             self._beyond = beyond
+            fires = {(process.name, round(t * 1e6)) for t in skipped}
+            self._skipped.setdefault((rec.key, rec.generation), set()).update(fires)
+            for run in self.runs:
+                mine = run.key == rec.key and run.generation == rec.generation
+                if mine and (run.process, run.scheduled_for) in fires:
+                    self._ran_and_missed(run)
             try:
                 report(rec, skipped, beyond, why)
             finally:

@@ -354,7 +354,7 @@ class SimulatedCluster:
             on_missed=lambda key, data, n, first, last: self._oracle.on_missed(process, key, n, first, last),
             **self._keyed,
         )
-        self._oracle.watch_reports(process.keyed)
+        self._oracle.watch_reports(process.keyed, process)
         if self.kind == "sqlite":
             self._oracle.check_loaded(process)
         process.keyed.start()
