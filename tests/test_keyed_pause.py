@@ -181,7 +181,12 @@ def test_a_run_going_on_when_its_key_is_paused_ends_and_the_key_is_not_armed(clo
     life.keyed.close()
 
 
-def test_a_key_resumed_while_its_run_goes_on_is_planned_at_the_runs_end(clock: ManualClock) -> None:
+@pytest.mark.parametrize("reschedule", [Reschedule.AFTER_FINISH, Reschedule.BEFORE_RUN])
+def test_a_key_paused_and_resumed_during_its_run_goes_on_on_schedule(
+    clock: ManualClock, reschedule: Reschedule
+) -> None:
+    """AFTER_FINISH: the key is planned when the run ends, as always; BEFORE_RUN: its next fire, planned
+    as the run began, is armed again at the resume."""
     box: dict[str, Any] = {}
 
     def run(key: Any, data: Any) -> None:
@@ -189,31 +194,15 @@ def test_a_key_resumed_while_its_run_goes_on_is_planned_at_the_runs_end(clock: M
         box["keyed"].resume(key)
         box["state"] = box["keyed"].get(key).state
 
-    life = Life(MemoryStore(), clock, run=run)
+    life = Life(MemoryStore(), clock, run=run, reschedule=reschedule)
     box["keyed"] = life.keyed
     life.keyed.upsert("k")
     life.keyed.start()
     life.advance(10)
     assert box["state"] is KeyState.RUNNING
     assert life.keyed.get("k").next_run_at == datetime.fromtimestamp(T0 + 20, UTC)  # type: ignore[union-attr]
-    life.advance(10)
-    assert life.keyed.stats().started == 2  # (the fire of 20, planned as the run ended)
-    life.keyed.close()
-
-
-def test_before_run_a_key_paused_and_resumed_during_its_run_is_armed_again(clock: ManualClock) -> None:
-    box: dict[str, Any] = {}
-
-    def run(key: Any, data: Any) -> None:
-        box["keyed"].pause(key)
-        box["keyed"].resume(key)
-
-    life = Life(MemoryStore(), clock, run=run, reschedule=Reschedule.BEFORE_RUN)
-    box["keyed"] = life.keyed
-    life.keyed.upsert("k")
-    life.keyed.start()
-    life.advance(30)
-    assert life.keyed.stats().started == 3  # 10, 20, 30
+    life.advance(20)
+    assert life.keyed.stats().started == 3  # 10, 20 and 30
     life.keyed.close()
 
 
