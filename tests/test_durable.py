@@ -1842,3 +1842,39 @@ def test_a_store_error_in_a_run_dropped_by_backpressure_does_not_lose_its_key(
         keyed.close()
     assert failures == []  # (the store error did happen)
     assert runs.count("victim") > 0
+
+
+def test_a_fire_the_catch_up_reported_missed_does_not_run_when_the_wall_clock_steps_back(
+    path: Path, clock: ManualClock
+) -> None:
+    """A start reruns an interrupted fire (10 s) and reports the fires missed since (20, 30 and 40 s,
+    CatchUp.ONCE: the rerun is the catch-up's run). The wall clock steps back during the rerun: the key
+    goes on after the catch-up's decision (45 s), and the fires it reported missed do not run after all
+    (the fire of 40 s used to run: next_run was asked from the stepped-back clock)."""
+    store = SQLiteStore(path)
+    life = Life(
+        store,
+        clock,
+        next_run=lambda now, key, data: (
+            now.replace(second=0) + timedelta(seconds=10 * (now.second // 10 + 1))
+        ),
+    )
+    life.keyed.upsert("k", {"every": 10})
+    life.keyed.start()
+    row = next(iter(store.load()[0]))
+    assert store.start_fire(row._replace(state="running", next_run_at=None), round((T0 + 10) * 1e6), 1, False)
+    life.keyed.close()
+    down(clock, 45)
+    fires: list[float] = []
+
+    def run(ctx: Any, key: Any, data: Any) -> None:
+        fires.append(ctx.scheduled_for - T0)
+        if len(fires) == 1:
+            clock.set_wall(clock.wall() - 10)  # (an NTP step back, during the rerun)
+
+    life = Life(SQLiteStore(path), clock, run=run, context=True, next_run=life.keyed._table.next_run)
+    life.keyed.start()
+    assert life.missed == [("k", 3, 20.0, 40.0)]
+    life.advance(20)
+    assert fires[0] == 10.0 and not [t for t in fires if t in (20.0, 30.0, 40.0)]
+    life.keyed.close()

@@ -179,7 +179,9 @@ class Key(WallTimer):
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
         self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
-        self.decided: float | None = None  # the wall time a start or a claim decided its catch_up at
+        # (generation, wall time) of the catch-up a start or a claim decided (its queue): every fire up
+        # to then was decided (queued, or reported missed): none of them is run by a later plan
+        self.decided: tuple[int, float] | None = None
         self.last_call = 0  # the engine's drain() call that last fired it: once per call at most
         # The fire handed to the scheduler whose take is not done yet, (generation, scheduled_for), or
         # None: it is not handed over again meanwhile (the key armed again at it, by the end of another run or
@@ -302,8 +304,13 @@ def latest_started(rec: Key, scheduled_for: float, rerun: bool) -> float:
 def since(rec: Key, wall_now: float, scheduled_for: float, rerun: bool) -> float:
     """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
     stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
-    at or before one that started runs again."""
-    return max(wall_now, latest_started(rec, scheduled_for, rerun))
+    at or before one that started runs again; nor before its catch-up's decision (Key.decided), so that
+    no fire it reported missed runs after all."""
+    after = max(wall_now, latest_started(rec, scheduled_for, rerun))
+    decided = rec.decided
+    if decided is not None and decided[0] == rec.generation and decided[1] > after:
+        return decided[1]
+    return after
 
 
 def keep_first(rec: Key, scheduled_for: float, rerun: bool) -> None:

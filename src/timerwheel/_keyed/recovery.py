@@ -75,9 +75,10 @@ def decide(
     owed = [when for when, rerun in queued if not rerun]
     queue += [fire for fire in queued if fire[1]]  # (they stand for the catch-up run, as at a start)
     base: float | None
-    if owed and rec.decided is not None:
+    decided = rec.decided[1] if rec.decided is not None and rec.decided[0] == rec.generation else None
+    if owed and decided is not None:
         # (a catch-up queued at a start or a claim: it decided the fires up to then; not again)
-        base = _as_if_ended(rec, max(max(owed), rec.decided), evaluate)
+        base = _as_if_ended(rec, max(max(owed), decided), evaluate)
     elif owed:
         base, owed = min(owed), []
     else:
@@ -297,7 +298,8 @@ def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]], paused: bool 
         for message in plan.abandoned:
             logger.warning("timerwheel: key %r: %s", rec.key, message)
         rec.catch_up = plan.queue or None
-        rec.decided = plan.decided if plan.queue else None
+        if plan.queue and plan.decided is not None:
+            rec.decided = (generation, plan.decided)
         table.apply(rec, plan.state, plan.at, plan.last_error, plan.error)
         if plan.skipped:
             count = len(plan.skipped)
