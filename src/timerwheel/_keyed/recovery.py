@@ -394,15 +394,21 @@ def set_paused(table: KeyTable, keys: list[Hashable] | None, paused: bool) -> in
     if paused or not table.started:
         if write is not None and changing:
             write([_row(table, rec, paused) for rec in changing])
-        for rec in changing:
-            if paused:
-                table.pause(rec)
-            else:
-                rec.paused = False
-                table.call(table.on_state_change, rec.key, KeyState.PAUSED, rec.state)
+        if not paused:
+            unpause(table, changing)
+        for rec in changing if paused else ():
+            table.pause(rec)
     elif changing:
         resume(table, changing, table.wall_now(), write)
     return len(changing) if keys is None else len(recs)
+
+
+def unpause(table: KeyTable, recs: list[Key]) -> None:
+    """Paused keys resumed before start(), which decides about them (as about every key): only
+    unpaused, and the user told."""
+    for rec in recs:
+        rec.paused = False
+        table.call(table.on_state_change, rec.key, KeyState.PAUSED, rec.state)
 
 
 def _row(table: KeyTable, rec: Key, paused: bool) -> StoredKey:

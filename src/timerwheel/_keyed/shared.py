@@ -17,7 +17,7 @@ from .._engine import log_safely
 from .._stores import FinishedFire, StoredFire, StoredKey, StoreError
 from .journal import Journal
 from .keys import Key, check_key
-from .recovery import apply_all, decide_all, resume
+from .recovery import apply_all, decide_all, resume, unpause
 from .table import Change, KeyTable
 
 logger = logging.getLogger("timerwheel")
@@ -146,11 +146,10 @@ class SharedKeys:
                 if paused:
                     for rec in recs:
                         self.table.pause(rec)
-                elif recs and self.table.started:
+                elif self.table.started:
                     self.resume(recs)
-                else:
-                    for rec in recs:
-                        rec.paused = False
+                else:  # (keys it upserted before start(): start() plans them)
+                    unpause(self.table, recs)
                 return len(found)
 
             work = self.journal.changer().submit(self.table.store.set_paused, keys, paused)  # type: ignore[attr-defined]
@@ -159,6 +158,8 @@ class SharedKeys:
     def resume(self, recs: list[Key]) -> None:
         """Keys held here resumed (see recovery.resume): what was decided is written by the writer,
         before any take of theirs (it writes in order)."""
+        if not recs:
+            return
 
         def write(rows: list[StoredKey], finished: list[FinishedFire]) -> None:
             self.journal.write(self.journal.save, rows, finished, f"what {len(rows)} resumed key(s) do")
