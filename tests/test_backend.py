@@ -178,6 +178,7 @@ PUBLIC = [
     "PostgresStore",
     "Missed",
     "NotStartedError",
+    "Overlap",
     "Recover",
     "RepeatMode",
     "Reschedule",

@@ -35,6 +35,7 @@ from timerwheel import (
     KeyedScheduler,
     KeyState,
     MemoryStore,
+    Overlap,
     Recover,
     Reschedule,
     Scheduler,
@@ -843,11 +844,11 @@ def test_a_file_of_a_schema_it_does_not_read_is_refused_and_left_as_it_was(tmp_p
     future = tmp_path / "future.db"
     db = sqlite3.connect(future)
     db.execute("CREATE TABLE timerwheel_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '3')")
+    db.execute("INSERT INTO timerwheel_meta VALUES ('schema', '99')")
     db.commit()
     db.close()
     before = future.read_bytes()
-    with pytest.raises(StoreError, match="schema version 3"):
+    with pytest.raises(StoreError, match="schema version 99"):
         SQLiteStore(future)
     assert future.read_bytes() == before
 
@@ -891,7 +892,7 @@ def opened_and_loaded(path: Path, clock: ManualClock) -> None:
         store.close()
 
 
-GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None, 0)  # a key's row
+GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None, 0, None)  # a key's row
 AT = 1_736_165_000_000_000
 FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
 
@@ -925,9 +926,28 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param(
             "keys", (*GOOD[:4], "soon", *GOOD[5:]), "bad.* its next_run_at is 'soon'", id="next-text"
         ),
-        pytest.param("keys", (*GOOD[:5], FAR, None, 0), f"bad.* its last_scheduled_for is {FAR}", id="last"),
-        pytest.param("keys", (*GOOD[:6], b"\x00", 0), "bad.* its last_error is bytes", id="error-blob"),
-        pytest.param("keys", (*GOOD[:7], 2), "bad.* its paused is 2, not a boolean", id="paused"),
+        pytest.param(
+            "keys", (*GOOD[:5], FAR, *GOOD[6:]), f"bad.* its last_scheduled_for is {FAR}", id="last"
+        ),
+        pytest.param(
+            "keys", (*GOOD[:6], b"\x00", *GOOD[7:]), "bad.* its last_error is bytes", id="error-blob"
+        ),
+        pytest.param("keys", (*GOOD[:7], 2, None), "bad.* its paused is 2, not a boolean", id="paused"),
+        pytest.param("keys", (*GOOD[:8], "{"), "bad.* its options are not JSON", id="options"),
+        pytest.param(
+            "keys", (*GOOD[:8], "[1]"), r"bad.* its options are '\[1\]', not a JSON object", id="opt-list"
+        ),
+        pytest.param("keys", (*GOOD[:8], b"{}"), "bad.* its options are bytes", id="opt-blob"),
+        pytest.param(
+            "keys",
+            (*GOOD[:8], '{"jitter":1}'),
+            "bad.* its options have 'jitter', which this",
+            id="opt-unknown",
+        ),
+        pytest.param(
+            "keys", (*GOOD[:8], '{"overlap":"wait"}'), "bad.* its overlap is 'wait', not one of", id="overlap"
+        ),
+        pytest.param("keys", (*GOOD[:8], '{"overlap":[]}'), r"bad.* its overlap is \[\]", id="overlap-list"),
         pytest.param("fires", ("nope", 1, AT, 0, None, None, 1), "'nope'.* timerwheel_fires", id="fire-key"),
         pytest.param(
             "fires", (GOOD[0], -2, AT, 0, None, None, 1), "bad.* its generation is -2", id="fire-gen"
@@ -983,14 +1003,22 @@ def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) 
     for state in KeyState:  # (a paused key: a row of any state, paused)
         paused = state is KeyState.PAUSED
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?)",
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?, NULL)",
             (f'"{state.value}"', "disabled" if paused else state.value, paused),
+        )
+    for overlap in Overlap:  # (and every key's own overlap)
+        db.execute(
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, 'disabled', NULL, NULL, NULL, 0, ?)",
+            (f'"{overlap.name}"', json.dumps({"overlap": overlap.value})),
         )
     db.commit()
     db.close()
     keyed = KeyedScheduler(Scheduler(clock), every, print, store=SQLiteStore(path))
-    states = {key: info.state for key, info in keyed.snapshot().items() if key != "key-0"}
+    snapshot = keyed.snapshot()
+    states = {key: info.state for key, info in snapshot.items() if key in {s.value for s in KeyState}}
     assert states == {state.value: state for state in KeyState}
+    assert {o.name: snapshot[o.name].overlap for o in Overlap} == {o.name: o for o in Overlap}
+    assert snapshot["pending"].overlap is Overlap.QUEUE_ONE  # (none of its own: the KeyedScheduler's)
     keyed.close()
 
 

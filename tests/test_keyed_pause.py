@@ -288,8 +288,8 @@ def test_a_file_of_version_1_is_migrated_and_its_keys_are_not_paused(
     life.keyed.pause("k")
     life.keyed.close()
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone() == ("2",)
-    assert db.execute("SELECT paused FROM timerwheel_keys").fetchone() == (1,)
+    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone() == ("3",)
+    assert db.execute("SELECT paused, options FROM timerwheel_keys").fetchone() == (1, None)
     db.close()
 
 

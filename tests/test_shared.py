@@ -30,7 +30,9 @@ from timerwheel import (
     CatchUp,
     KeyedScheduler,
     KeyState,
+    Overlap,
     PostgresStore,
+    Reschedule,
     Scheduler,
     StoreError,
     ThreadedScheduler,
@@ -263,6 +265,7 @@ def test_a_version_4_schema_is_migrated_and_its_processes_keys_go_to_the_new_one
     PostgresStore(dsn, lease=30.0).close()
     row = StoredKey("k", "null", 1, "pending", 1_000, None, None)
     sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN paused")  # (version 6's)
+    sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN options")  # (version 7's)
     sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
     sql(dsn, "CREATE TABLE timerwheel_owners (id text PRIMARY KEY, lease_until timestamptz NOT NULL)")
     sql(
@@ -2160,3 +2163,28 @@ def test_a_refusal_older_than_a_resume_here_does_not_pause_the_key_again(dsn: st
     wait_for(lambda: bool(runs), 5.0, "k runs after its resume")
     assert a.keyed.get("k").state is not KeyState.PAUSED  # type: ignore[union-attr]
     a.close()
+
+
+# -- a key's own options, seen by every process ------------------------------------------------------------
+
+
+@pytest.mark.realtime
+def test_a_keys_own_overlap_comes_with_its_claim_and_an_upsert_elsewhere_resets_it(dsn: str) -> None:
+    """upsert(overlap=...) is stored with the key: the process that claims the key next applies it; an
+    upsert without it, from any process, gives the key the KeyedScheduler's again. Tolerance: 5 s for a
+    loaded CI machine to claim keys given back (a keeper round is lease/3 = 0.33 s)."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(3600))
+    a.keyed.upsert("k", overlap=Overlap.SKIP)
+    a.keyed.upsert("plain")
+    a.close()  # (its keys given back)
+    b = Node(dsn, runs, next_run=every(3600), reschedule=Reschedule.BEFORE_RUN)
+    wait_for(lambda: len(b.keyed) == 2, 5.0, "b claims both keys")
+    assert b.keyed.get("k").overlap is Overlap.SKIP  # type: ignore[union-attr]
+    assert b.keyed.get("plain").overlap is Overlap.ALLOW  # type: ignore[union-attr]
+    c = Node(dsn, runs, next_run=every(3600))
+    c.keyed.upsert("k")  # (held by c from now on, with no overlap of its own)
+    assert c.keyed.get("k").overlap is Overlap.QUEUE_ONE  # type: ignore[union-attr]
+    assert sql(dsn, "SELECT options FROM timerwheel_keys WHERE key = '\"k\"'") == [(None,)]
+    b.close()
+    c.close()

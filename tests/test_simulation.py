@@ -92,7 +92,9 @@ FOUND_4 = [
     ids=[f"{s}-{n}" for s, n, _ in FOUND + FOUND_4],
 )
 def test_a_seed_that_found_a_bug_stays_fixed(store: str, seed: int, found: str, processes: int) -> None:
-    cluster = simulate(plan(seed, store, processes))
+    campaign = plan(seed, store, processes)
+    campaign.keyed["overlap"] = None  # (drawn since: these seeds replay as they were found)
+    cluster = simulate(campaign)
     assert cluster.violations == [], "\n".join(cluster.trace[-40:])
 
 

@@ -314,6 +314,30 @@ def test_a_pause_that_returned_is_there_after_a_crash(backend: Backend) -> None:
     assert backend.keys(store)["k"].paused is True
 
 
+def test_a_keys_options_are_what_its_latest_change_wrote_and_survive_every_other_write(
+    backend: Backend,
+) -> None:
+    """A key's own options (upsert's overlap=) are written by put() and replace(), as given (None: the
+    KeyedScheduler's); a shared store's holder writes (take, end, save) leave what the change wrote, a
+    local store's carry what the key has; the next holder finds them."""
+    durable(backend)
+    store = backend.open()
+    skip, allow = '{"overlap":"skip"}', '{"overlap":"allow"}'
+    g = store.put(row("a")._replace(options=skip))
+    ga, gb = store.replace([row("a", g)._replace(options=allow), row("b")._replace(options=skip)], [])
+    carried = allow if not backend.shared else None  # (a shared store leaves the column as it is)
+    taken = row("a", ga, state="running", at=None)._replace(options=carried)
+    assert store.start_fire(taken, T, T, False) == 1
+    store.finish_fire(row("a", ga)._replace(options=carried), "a", ga, T, T + 1, None)
+    store.save([row("b", gb)._replace(options=None if backend.shared else skip)])
+    store = backend.crash_and_reopen(store)
+    keys = backend.keys(store)
+    assert (keys["a"].options, keys["b"].options) == (allow, skip)
+    g = store.put(row("b", gb))  # (an upsert without options: the KeyedScheduler's again)
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["b"].options is None
+
+
 def test_a_generation_never_goes_back(backend: Backend) -> None:
     durable(backend)
     store = backend.open()

@@ -23,6 +23,7 @@ from ._keyed import (
     KeyInfo,
     KeyState,
     LeaseLapsed,
+    Overlap,
     Recover,
     Reschedule,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "MemoryStore",
     "Missed",
     "NotStartedError",
+    "Overlap",
     "PostgresStore",
     "Recover",
     "RepeatMode",

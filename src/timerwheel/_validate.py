@@ -120,7 +120,8 @@ def callable_or_none(value: Any, name: str) -> Any:
 def member(value: Any, kind: type[E], name: str) -> E:
     """A member of the enum `kind`. TypeError naming `name` otherwise."""
     if not isinstance(value, kind):
-        raise TypeError(f"{name} must be a {kind.__name__}, not {value!r}")
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {kind.__name__}, not {value!r}")
     return value
 
 

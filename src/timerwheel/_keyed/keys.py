@@ -1,6 +1,6 @@
-"""The keys of a KeyedScheduler: the public values (KeyState, Reschedule, CatchUp, Recover, KeyInfo,
-KeyedStats), a key's record (Key: its timer, data, generation, state and catch-up queue), and the small
-rules about a key's times that every part of the keyed layer shares."""
+"""The keys of a KeyedScheduler: the public values (KeyState, Reschedule, Overlap, CatchUp, Recover,
+KeyInfo, KeyedStats), a key's record (Key: its timer, data, generation, state and catch-up queue), and
+the small rules about a key's times that every part of the keyed layer shares."""
 
 from __future__ import annotations
 
@@ -40,6 +40,30 @@ class Reschedule(enum.Enum):
     AFTER_FINISH = "after_finish"
     BEFORE_RUN = "before_run"
     NONE = "none"
+
+
+class Overlap(enum.Enum):
+    """What a key's fire does when it comes while a run of the key goes (a run of the same key, of this
+    generation or an older one, started and not ended):
+
+    - SKIP: it does not run; it is counted (KeyedStats.skipped) and the key's next fire is planned after it.
+    - QUEUE_ONE: it waits, and runs as soon as the running runs have ended; while it waits the key is not
+      armed, so the fires that fall due meanwhile do not come (at most one waits: the first).
+    - ALLOW: it runs beside the running ones.
+    - REPLACE: the running runs are told to stop (their ctx.cancelled is set), and it runs at once.
+
+    A fire that a catch-up decided to run (a rerun, a missed fire run at start, at a takeover or at a
+    resume) is never skipped and never replaces a run: under SKIP, QUEUE_ONE and REPLACE it waits for the
+    runs going, under ALLOW it runs beside them.
+
+    A KeyedScheduler's `overlap=None` (the default) is ALLOW under Reschedule.BEFORE_RUN and QUEUE_ONE
+    otherwise (under AFTER_FINISH and NONE a key's own fires never come during its run: only the fire of
+    a newer generation, after an upsert during a run, does)."""
+
+    SKIP = "skip"
+    QUEUE_ONE = "queue_one"
+    ALLOW = "allow"
+    REPLACE = "replace"
 
 
 class CatchUp(enum.Enum):
@@ -85,6 +109,7 @@ class KeyedStats:
         abandoned: interrupted fires recorded as failed (Recover.SKIP).
         clock_errors: times the wall clock could not be read as a key's run started or ended (logged;
             the run is tried again after a back-off, or its end planned from the last reading).
+        skipped: fires not run because a run of their key was going (Overlap.SKIP).
     """
 
     keys: int = 0
@@ -96,6 +121,7 @@ class KeyedStats:
     recovered: int = 0
     abandoned: int = 0
     clock_errors: int = 0
+    skipped: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -110,6 +136,8 @@ class KeyInfo(NamedTuple):
         running: whether a run of it is going (of this generation or an older one).
         last_error: the most recent error of next_run or of a run ("Type: message"), or None.
         generation: bumped by every upsert, replace and remove.
+        overlap: what a fire of the key does when it comes while a run of it goes (Overlap): the key's
+            own (upsert's `overlap=`), else the KeyedScheduler's.
     """
 
     key: Hashable
@@ -119,6 +147,7 @@ class KeyInfo(NamedTuple):
     running: bool
     last_error: str | None
     generation: int
+    overlap: Overlap = Overlap.QUEUE_ONE
 
 
 class KeyOwner(Protocol):
@@ -127,8 +156,16 @@ class KeyOwner(Protocol):
     next run)."""
 
     closed: bool
+    overlap: Overlap  # (the KeyedScheduler's: a key's own, if it has one, goes first)
 
     def fired(self, rec: Key) -> None: ...
+
+
+class _Own(enum.Enum):
+    OWN = "own"  # (Key.row: the key's own options)
+
+
+OWN = _Own.OWN
 
 
 _new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
@@ -151,6 +188,7 @@ class Key(WallTimer):
         "last_error",
         "last_scheduled_for",
         "next_run_at",
+        "overlap",
         "owner",
         "paused",
         "resumed",
@@ -175,6 +213,7 @@ class Key(WallTimer):
         # Paused (KeyedScheduler.pause): never armed until resumed. `state` and `next_run_at` go on saying
         # what the key would do (its plan: the fire the pause holds back), and KeyInfo shows PAUSED.
         self.paused = False
+        self.overlap: Overlap | None = None  # its own (upsert's overlap=), or None: the KeyedScheduler's
         self.last_error: str | None = None
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
@@ -209,11 +248,16 @@ class Key(WallTimer):
         at: float | None,
         last_error: str | None,
         started: float | None = None,
+        overlap: Overlap | _Own | None = OWN,
     ) -> StoredKey:
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
-        error), and its latest started fire (`started`, or its own). The one place a row is made."""
+        error), its latest started fire (`started`, or its own) and its options (`overlap`, or its own).
+        The one place a row is made."""
         latest = self.last_scheduled_for if started is None else started
-        return StoredKey(self.key, data, generation, state.value, us(at), us(latest), last_error, self.paused)
+        options = options_text(self.overlap if overlap is OWN else overlap)
+        return StoredKey(
+            self.key, data, generation, state.value, us(at), us(latest), last_error, self.paused, options
+        )
 
     def fire(self) -> None:
         """Its next run came (drain() calls it): hand the run to the scheduler."""
@@ -234,11 +278,29 @@ class Key(WallTimer):
                 self.running > 0,
                 self.last_error,
                 self.generation,
+                self.overlap or self.owner.overlap,
             ),
         )
 
 
 from_posix = datetime.fromtimestamp
+
+
+def options_text(overlap: Overlap | None) -> str | None:
+    """A key's own options as a durable store keeps them (StoredKey.options): JSON text, or None when it
+    has none (the KeyedScheduler's apply)."""
+    return None if overlap is None else _OPTIONS[overlap]
+
+
+_OPTIONS = {o: json.dumps({"overlap": o.value}, separators=(",", ":")) for o in Overlap}
+
+
+def options_of(text: str | None) -> Overlap | None:
+    """A key's own overlap, from its stored options (checked as the store read them: see key_row)."""
+    if text is None:
+        return None
+    value = json.loads(text).get("overlap")
+    return None if value is None else Overlap(value)
 
 
 class Stored(str):

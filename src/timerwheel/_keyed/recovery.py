@@ -413,4 +413,4 @@ def unpause(table: KeyTable, recs: list[Key]) -> None:
 
 def _row(table: KeyTable, rec: Key, paused: bool) -> StoredKey:
     row = rec.row(table.encode(rec.data), rec.generation, rec.state, rec.next_run_at, rec.last_error)
-    return StoredKey(*row[:7], paused)
+    return StoredKey(*row[:7], paused, row.options)

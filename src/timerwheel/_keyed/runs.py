@@ -19,6 +19,7 @@ from .journal import Journal
 from .keys import (
     Key,
     KeyState,
+    Overlap,
     Reschedule,
     advancing,
     describe,
@@ -298,11 +299,17 @@ class Runs:
             return None
         if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
             return None
-        if rec.running and self.table.reschedule is not Reschedule.BEFORE_RUN:
-            # A run of an older generation still goes (the key was upserted meanwhile): this fire waits
-            # for its end, so that a key's runs never overlap (end() arms it again).
-            keep_first(rec, scheduled_for, rerun)
-            return None
+        overlap = (rec.overlap or self.table.overlap) if rec.running else None
+        if overlap is not None and overlap is not Overlap.ALLOW:
+            queue = rec.catch_up
+            if overlap is Overlap.QUEUE_ONE or (queue and queue[0][0] == scheduled_for):
+                # A run of the key goes (under AFTER_FINISH, one of an older generation: the key was
+                # upserted meanwhile): this fire waits for the runs to end (end() arms it again); the
+                # key is not armed meanwhile, so no later fire comes while it waits. A fire of the
+                # key's catch-up queue (a catch-up, a rerun: decided to run) waits under SKIP and
+                # REPLACE too.
+                keep_first(rec, scheduled_for, rerun)
+                return None
         try:
             wall_now = self.table.wall_now()
         except Exception as exc:  # the fire is not lost: it is tried again after a back-off
@@ -312,6 +319,9 @@ class Runs:
         if wall_now < scheduled_for:  # the wall clock stepped back since the fire came due: never
             keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
             self.table.apply(rec, rec.state, scheduled_for, rec.last_error)
+            return None
+        if overlap is Overlap.SKIP:
+            self._skip(rec, generation, scheduled_for, rerun, wall_now)
             return None
         at: float | None
         error: BaseException | None
@@ -360,6 +370,28 @@ class Runs:
             error,
             row,
         )
+
+    def _skip(self, rec: Key, generation: int, scheduled_for: float, rerun: bool, wall_now: float) -> None:
+        """Under the lock: a fire that came while a run of its key goes, and Overlap.SKIP: it does not
+        run. It is counted, and the key's next fire planned after it, as a run's start plans it; a
+        durable store gets the key's row (a restart does not find the skipped fire its plan)."""
+        t = self.table
+        t.counts["skipped"] += 1
+        result: Any = None
+        at: float | None
+        if rec.catch_up:  # (not this fire: see _prepare)
+            state, at, last_error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error
+        else:
+            result = advancing(
+                t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)), scheduled_for
+            )
+            state, at, last_error = outcome_of(rec, result)
+        if state is KeyState.PENDING and rec.state is KeyState.RUNNING:
+            state = KeyState.RUNNING  # (a run of it goes on: armed all the same)
+        if t.durable:  # (a store that fails: the key is armed all the same; its row is written at its fire)
+            row = rec.row(t.encode(rec.data), generation, state, at, last_error)
+            self.journal.write(self.journal.save, [row], [], f"the skipped fire of key {rec.key!r}")
+        t.apply(rec, state, at, last_error, result if isinstance(result, BaseException) else None)
 
     def _take(self, start: Start) -> tuple[int | BaseException, float]:
         """Commit a fire as started (a durable store): the attempt it is (1, or more for a rerun), 0 if
@@ -483,6 +515,11 @@ class Runs:
         if rec.contexts is None:
             rec.contexts = [ctx]
         else:
+            if (rec.overlap or self.table.overlap) is Overlap.REPLACE:
+                # This run replaces the runs going: they are told to stop. (One of a fire older than a
+                # run going, its take answered late, is told at once: the later fire replaced it.)
+                for other in rec.contexts:
+                    (other if other.scheduled_for <= scheduled_for else ctx).cancelled.set()
             rec.contexts.append(ctx)
         if not self.table.closed and rec.generation == generation and self.table.keys.get(rec.key) is rec:
             self.table.apply(rec, start.state, start.at, start.last_error, start.error)

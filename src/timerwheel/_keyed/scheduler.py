@@ -38,6 +38,7 @@ from .keys import (
     KeyedStats,
     KeyInfo,
     KeyState,
+    Overlap,
     Policy,
     Recover,
     Reschedule,
@@ -70,6 +71,8 @@ class KeyedScheduler:
     - Reschedule.AFTER_FINISH (the default): next_run is evaluated when a run finishes (no self-overlap).
       BEFORE_RUN: when a run starts (a fixed cadence; while it runs the key shows RUNNING with next_run_at
       set). NONE: after a run the key is DISABLED until it is upserted again.
+    - `overlap` says what a fire does when it comes while a run of its key goes (Overlap: SKIP, QUEUE_ONE,
+      ALLOW, REPLACE); upsert(key, data, overlap=...) sets one key's own.
     - cancel_running_on_remove / cancel_running_on_replace set the running run's ctx.cancelled;
       run_timeout sets it when the run overruns (the JobEvent says timed_out); wait_running_on_close makes
       close() return only after the running runs finished.
@@ -82,6 +85,9 @@ class KeyedScheduler:
         run: run(key, data), or run(ctx, key, data) with context=True (ctx a JobContext); a coroutine
             function under an AsyncScheduler.
         reschedule: when next_run is evaluated (Reschedule).
+        overlap: what a fire does when it comes while a run of its key goes (Overlap), for every key
+            that has no overlap of its own; None (the default): ALLOW under Reschedule.BEFORE_RUN,
+            QUEUE_ONE otherwise.
         context: pass the run a JobContext first.
         cancel_running_on_remove: remove() sets a running run's ctx.cancelled.
         cancel_running_on_replace: upsert() of a running key sets its run's ctx.cancelled.
@@ -92,8 +98,8 @@ class KeyedScheduler:
         on_invalid: on_invalid(key, data, error) when next_run fails for a key.
 
     Raises:
-        TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule, a
-            callback that is not callable, context not a bool.
+        TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule or
+            overlap, a callback that is not callable, context not a bool.
         ValueError: a negative run_timeout.
     """
 
@@ -104,6 +110,7 @@ class KeyedScheduler:
         run: Callable[..., Any],
         *,
         reschedule: Reschedule = Reschedule.AFTER_FINISH,
+        overlap: Overlap | None = None,
         context: bool = False,
         cancel_running_on_remove: bool = False,
         cancel_running_on_replace: bool = False,
@@ -131,6 +138,8 @@ class KeyedScheduler:
         function(next_run, "next_run")
         function(run, "run")
         member(reschedule, Reschedule, "reschedule")
+        if overlap is not None:
+            member(overlap, Overlap, "overlap")
         for name, flag in (
             ("context", context),
             ("cancel_running_on_remove", cancel_running_on_remove),
@@ -187,6 +196,7 @@ class KeyedScheduler:
             store,
             policy,
             self._lock,
+            overlap=overlap,
             is_async=isinstance(scheduler, AsyncScheduler),
             cancel_on_remove=cancel_running_on_remove,
             cancel_on_replace=cancel_running_on_replace,
@@ -347,17 +357,24 @@ class KeyedScheduler:
 
     # -- changing keys --------------------------------------------------------------------------------
 
-    def upsert(self, key: Hashable, data: Any = None) -> None:
+    def upsert(self, key: Hashable, data: Any = None, *, overlap: Overlap | None = None) -> None:
         """Add a key, or replace its data (a new generation), and (re)compute its next run. A known key's
         armed timer is moved, not removed and added. A next_run that fails makes the key INVALID.
 
+        `overlap` is the key's own Overlap (what its fire does when it comes while a run of it goes); None:
+        the KeyedScheduler's. Like the data, it is what this upsert says: an upsert without it gives the
+        key the KeyedScheduler's again. A durable store keeps it with the key.
+
         Raises:
-            TypeError: the key is not hashable. RuntimeError: the KeyedScheduler is closed.
+            TypeError: the key is not hashable; overlap not an Overlap. RuntimeError: the KeyedScheduler
+                is closed.
             ClosedError: its scheduler is closed. NotStartedError: its scheduler has no clock yet (an
                 AsyncScheduler made outside a loop and not started). A wall clock that fails raises what
                 it raised. In each case nothing changed.
         """
         t = self._table
+        if overlap is not None and type(overlap) is not Overlap:
+            member(overlap, Overlap, "overlap")
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         pending: Pending | None = None
         if lock is not None:
@@ -376,7 +393,7 @@ class KeyedScheduler:
                 or (rec is not None and (rec.running or rec.paused))
                 or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
-                pending = self._upsert(rec, key, data)
+                pending = self._upsert(rec, key, data, overlap)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
             wall = t.wall()  # (first: a clock that fails changes nothing)
@@ -388,6 +405,7 @@ class KeyedScheduler:
                 rec = self._keys.setdefault(key, rec)
             rec.data = data
             rec.generation += 1
+            rec.overlap = overlap
             rec.catch_up = None
             try:
                 when = t.next_run(utc_not_after(wall), key, data)  # (as KeyTable.evaluate: never after)
@@ -424,17 +442,21 @@ class KeyedScheduler:
             if t.holding:
                 t.raise_held()
 
-    async def aupsert(self, key: Hashable, data: Any = None) -> None:
+    async def aupsert(self, key: Hashable, data: Any = None, *, overlap: Overlap | None = None) -> None:
         """upsert(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited, never
         waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
         for). Raises what upsert() raises, and the store's StoreError."""
         t = self._table
         t.check_caller()
-        pending = self._upsert(self._keys.get(checked_key(key)), key, data)
+        if overlap is not None:
+            member(overlap, Overlap, "overlap")
+        pending = self._upsert(self._keys.get(checked_key(key)), key, data, overlap)
         if pending is not None:
             await self._shared_keys.wait_async(pending)
 
-    def _upsert(self, rec: Key | None, key: Hashable, data: Any) -> Pending | None:
+    def _upsert(
+        self, rec: Key | None, key: Hashable, data: Any, overlap: Overlap | None = None
+    ) -> Pending | None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
         the key runs. With a durable store the new row is committed first, then applied: a store that
         fails changes nothing. A shared store's commit is a round trip: what is returned then, for the
@@ -456,11 +478,12 @@ class KeyedScheduler:
                         ctx.cancelled.set()
                 rec.data = data
                 rec.generation += 1
+                rec.overlap = overlap
                 rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 t.plan(rec, wall_now)
                 return None
             encode_key(key)
-            change = t.change(key, t.encode(data), t.wall_now())
+            change = t.change(key, t.encode(data), t.wall_now(), overlap)
             if not t.shared:
                 t.changed(change, t.store.put(change.row))
                 return None
@@ -511,7 +534,7 @@ class KeyedScheduler:
                 return None
             # Durable: every row computed, then one transaction, then applied.
             wall_now = t.wall_now()
-            changes = [t.change(key, t.encode(data), wall_now) for key, data in mapping.items()]
+            changes = [t.change(key, t.encode(data), wall_now, None) for key, data in mapping.items()]
             removed = [k for k in self._keys if k not in mapping]
             if t.shared:
                 return self._shared_keys.replace(changes, removed)

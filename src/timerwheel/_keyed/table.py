@@ -22,10 +22,13 @@ from .keys import (
     MIN_POSIX,
     Key,
     KeyState,
+    Overlap,
     Policy,
+    Reschedule,
     Stored,
     from_posix,
     iso,
+    options_of,
     outcome_of,
     seconds_of,
     value_of,
@@ -45,6 +48,7 @@ class Change(NamedTuple):
     last_error: str | None
     result: Any
     row: StoredKey
+    overlap: Overlap | None
 
 
 class KeyTable:
@@ -60,6 +64,7 @@ class KeyTable:
         policy: Policy,
         lock: Any,
         *,
+        overlap: Overlap | None,
         is_async: bool,
         cancel_on_remove: bool,
         cancel_on_replace: bool,
@@ -73,6 +78,11 @@ class KeyTable:
         self.next_run = next_run
         self.policy = policy
         self.reschedule = policy.reschedule
+        # What a key's fire does when it comes while a run of the key goes, for a key with no overlap of
+        # its own (Overlap; None resolves by the reschedule mode)
+        self.overlap = overlap or (
+            Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
+        )
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
         self.on_state_change = on_state_change
@@ -125,6 +135,7 @@ class KeyTable:
                 "recovered",
                 "abandoned",
                 "clock_errors",
+                "skipped",
             ),
             0,
         )
@@ -158,6 +169,7 @@ class KeyTable:
         rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
         rec.last_error = row.last_error
         rec.paused = bool(row.paused)
+        rec.overlap = options_of(row.options)
         return rec
 
     def forget(self, key: Hashable, cancel: bool | None = None) -> None:
@@ -285,17 +297,17 @@ class KeyTable:
 
     # -- a user's change, committed by a durable store ------------------------------------------------
 
-    def change(self, key: Hashable, encoded: str, wall_now: float) -> Change:
+    def change(self, key: Hashable, encoded: str, wall_now: float, overlap: Overlap | None) -> Change:
         """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
-        in every later life), and the row to commit. next_run is user code, and may have changed the
-        key: the record is looked up after it."""
+        in every later life), and the row to commit (with the key's own `overlap`). next_run is user
+        code, and may have changed the key: the record is looked up after it."""
         result = self.evaluate(key, Stored(encoded), wall_now)
         rec = self.keys.get(key) or self.gone.get(key)
         if rec is None:
             rec = self.new_record(key, Stored(encoded))
         state, at, last_error = outcome_of(rec, result)
-        row = rec.row(encoded, rec.generation + 1, state, at, last_error)
-        return Change(rec, encoded, state, at, last_error, result, row)
+        row = rec.row(encoded, rec.generation + 1, state, at, last_error, overlap=overlap)
+        return Change(rec, encoded, state, at, last_error, result, row, overlap)
 
     def changed(self, change: Change, generation: int) -> None:
         """A change that the store committed, at `generation` (the store's: one above any generation it
@@ -312,6 +324,7 @@ class KeyTable:
             self.taken(key)
         rec.data = Stored(change.encoded)
         rec.generation = generation
+        rec.overlap = change.overlap
         rec.catch_up = None  # (an older generation's catch-up is not this one's)
         error = change.result if isinstance(change.result, BaseException) else None
         self.apply(rec, change.state, change.at, change.last_error, error)

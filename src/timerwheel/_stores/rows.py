@@ -32,6 +32,9 @@ class StoredKey(NamedTuple):
     # Paused by the user (KeyedScheduler.pause): the key is not armed until resumed. Only pause() and
     # resume() set it (KeyStore.set_paused): the other writes of a row leave what the store has.
     paused: bool = False
+    # The key's own options (upsert's overlap=), as JSON text of an object, or None: the KeyedScheduler's
+    # apply. Written by a user's change (put, replace); the other writes carry what the key has.
+    options: str | None = None
 
 
 #: What a shared store's take answers for a fire of a paused key (KeyStore.start_fire): not taken, and
@@ -76,6 +79,7 @@ def decode_key(text: str) -> Hashable:
 # -- reading a file's rows: every value checked as it is loaded --------------------------------------------
 
 _STATES = frozenset(("pending", "running", "disabled", "invalid"))  # KeyState's values (tests pin them)
+_OVERLAPS = frozenset(("skip", "queue_one", "allow", "replace"))  # Overlap's values (tests pin them)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # The times a stored key may have: what a UTC datetime can show, a day inside its limits (the keyed
 # layer's _MIN_POSIX and _MAX_POSIX), in the microseconds a store keeps: exact integers.
@@ -115,7 +119,31 @@ def _check_time(what: str, value: Any) -> None:
         _check_int(what, value, _MIN_US, _MAX_US)
 
 
-def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any, p: Any = False) -> StoredKey:
+def _check_options(o: Any) -> None:
+    """A key's options as the keyed layer writes them: NULL, or a JSON object of known members."""
+    if o is None:
+        return
+    if type(o) is not str:
+        raise ValueError(f"its options are {type(o).__name__}, not JSON text or NULL")
+    try:
+        options = _JSON.decode(o)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"its options are not JSON ({exc})") from None
+    if type(options) is not dict:
+        raise ValueError(f"its options are {o!r}, not a JSON object")
+    unknown = sorted(set(options) - {"overlap"})
+    if unknown:
+        raise ValueError(
+            f"its options have {', '.join(map(repr, unknown))}, which this timerwheel does not know"
+        )
+    overlap = options.get("overlap")
+    if overlap is not None and (type(overlap) is not str or overlap not in _OVERLAPS):
+        raise ValueError(f"its overlap is {overlap!r}, not one of {', '.join(sorted(_OVERLAPS))}")
+
+
+def key_row(
+    k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any, p: Any = False, o: Any = None
+) -> StoredKey:
     """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
     key = stored_key(k)
     if type(d) is not str:
@@ -139,7 +167,8 @@ def key_row(k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any, p: Any = 
         raise ValueError(f"its last_error is {type(e).__name__}, not text or NULL")
     if p not in (0, 1) or type(p) not in (bool, int):  # (SQLite keeps a boolean as 0 or 1)
         raise ValueError(f"its paused is {p!r}, not a boolean")
-    return StoredKey(key, d, g, s, n, last, e, bool(p))
+    _check_options(o)
+    return StoredKey(key, d, g, s, n, last, e, bool(p), o)
 
 
 def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:

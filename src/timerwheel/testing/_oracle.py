@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .._keyed import KeyedScheduler, KeyState, Recover, Reschedule
+from .._keyed import KeyedScheduler, KeyState, Overlap, Recover, Reschedule
 
 
 class Violation(AssertionError):
@@ -58,6 +58,14 @@ class Oracle:
         self._points = points
         self._keyed = keyed
         self._reschedule = keyed.get("reschedule", Reschedule.AFTER_FINISH)
+        overlap = keyed.get("overlap")
+        # a fire that comes while a run of its key goes does not run beside it (it is skipped or waits)
+        self._serial = overlap in (Overlap.SKIP, Overlap.QUEUE_ONE) or (
+            overlap is None and self._reschedule is not Reschedule.BEFORE_RUN
+        )
+        # ... and, under BEFORE_RUN, the points that fall during a run may be passed over (skipped, or but
+        # the first, which waits; under REPLACE, while the fires of a catch-up queue run in turn)
+        self._passes_over = overlap in (Overlap.SKIP, Overlap.QUEUE_ONE, Overlap.REPLACE)
         self.runs: list[SimRun] = []
         self.missed: list[tuple[str, Hashable, int, datetime, datetime]] = []
         self.changes: list[dict[str, Any]] = []  # every change asked for, with what became of it
@@ -160,7 +168,7 @@ class Oracle:
                     f"ended {earlier.ended})",
                 )
                 break
-        if self._reschedule is Reschedule.AFTER_FINISH:
+        if self._serial:
             for other in self.runs:
                 if other.key != run.key or other.ended is not None:
                     continue
@@ -361,6 +369,20 @@ class Oracle:
             return False
         change = min(asks)
         return not any(r.scheduled_for / 1e6 > point and r.started < change for r in runs.get(key, ()))
+
+    def _held(self, key: Hashable, point: float) -> bool:
+        """Whether a pause of the key after the point may hold it still: a fire not run by then (a
+        catch-up queue behind a long run) is kept by the pause, and the resume decides it; a pause that
+        no resume surely ended (none came, or the one that came raised) holds it to the end."""
+        paused = False
+        for c in sorted(self.changes, key=lambda c: c["asked"]):
+            if c["what"] not in ("pause", "resume") or c["key"] not in (key, None):
+                continue
+            if c["what"] == "pause" and self._wall_at(c["asked"]) > point:
+                paused = True
+            elif c["what"] == "resume" and c["returned"] is not None:
+                paused = False
+        return paused
 
     def _behind(self, key: Hashable, point: float) -> bool:
         """Whether the key's holder has not come to the point yet: its next run is at or before it (a
@@ -582,23 +604,34 @@ class Oracle:
     ) -> bool:
         """Whether a point that did not run was reported missed, or passed over by a run of its key: under
         AFTER_FINISH, a point after a run's start and not after its end (next_run is asked from the
-        end). A point between a run's fire and its start is not passed over by it: the run of a fire
-        that is late (a rerun, a catch-up) says nothing of the points after it, which the catch-up
-        decides about (and a late regular fire is near a fault, where points are not judged)."""
+        end); under BEFORE_RUN with Overlap.SKIP, QUEUE_ONE or REPLACE, one after a run's fire and not
+        after its end (it came while the run went). Under AFTER_FINISH, a point between a run's fire and
+        its start is not passed over by it: the run of a fire that is late (a rerun, a catch-up) says
+        nothing of the points after it, which the catch-up decides about (and a late regular fire is
+        near a fault, where points are not judged)."""
         for first, last in reports.get(key, ()):
             if first - 1e-6 <= point <= last + 1e-6:
                 return True
-        if self._superseded(key, point, runs) or self._behind(key, point):
+        if self._superseded(key, point, runs) or self._behind(key, point) or self._held(key, point):
             return True
-        if self._reschedule is not Reschedule.AFTER_FINISH:
+        after_finish = self._reschedule is Reschedule.AFTER_FINISH
+        if not after_finish and not self._passes_over:
             return False
         for r in runs.get(key, ()):
-            if r.wall >= point + 1e-6:
+            # (under BEFORE_RUN with SKIP or QUEUE_ONE, from the run's fire: a fire that came while its
+            # take was on its way was skipped, or waits, as one during the run)
+            start = r.wall if after_finish else min(r.wall, r.scheduled_for / 1e6)
+            if start >= point + 1e-6:
                 continue
+            died = self.cluster.process(r.process).died
             if r.ended_wall is not None:
                 over = r.ended_wall
-            else:  # (a run cut by a kill: its end never came, and the next holder decides the rest)
-                over = math.inf if self.cluster.process(r.process).died is None else r.wall
+            elif died is None:
+                over = math.inf
+            elif after_finish:  # (a run cut by a kill: its end never came, and the next holder decides
+                over = r.wall  # the rest)
+            else:  # (the points that came until the kill were passed over: the store has the plan past
+                over = self._wall_at(died)  # them, which the next holder goes on from)
             if point <= over:
                 return True
         return False

@@ -75,6 +75,7 @@ class SimDatabase:
             "last_error": row.last_error,
             "owner": owner,
             "paused": paused,
+            "options": row.options,
         }
         self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
         return generation
@@ -222,6 +223,7 @@ class SimDatabase:
                     r["last_scheduled_for"],
                     r["last_error"],
                     r["paused"],
+                    r["options"],
                 )
             )
         taken = {row.key for row in rows}

@@ -48,7 +48,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from .._keyed import CatchUp, KeyedScheduler, Recover, Reschedule
+from .._keyed import CatchUp, KeyedScheduler, Overlap, Recover, Reschedule
 from .._stores import SQLiteStore, StoreError, abandon
 from . import VirtualTimeLoop
 from ._oracle import Oracle, SimRun, Violation
@@ -775,6 +775,7 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
     keyed["run_timeout"] = random.Random(f"run_timeout {seed}").choice(
         [None, None, None, None, 0.05, 0.5, 3.0]
     )
+    keyed["overlap"] = random.Random(f"overlap {seed}").choice([None, None, None, *Overlap])
     keys = rng.randint(2, 10)
     duration = rng.uniform(20.0, 120.0)
     wall, zone, pace = _EPOCH, None, 1.0

@@ -12,8 +12,8 @@ from ..rows import FinishedFire, StoredKey, StoreError, encode_key, stored_key
 # again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
 # 5: one lease per process, in timerwheel_leases (timerwheel_owners is gone), instead of one per key;
 # fires are taken in batches by timerwheel_take_fires, which renews the taker's lease; 6: a key may be
-# paused, and a take of its fires is refused)
-SCHEMA_VERSION = 6
+# paused, and a take of its fires is refused; 7: a key's own options, set by a user's change)
+SCHEMA_VERSION = 7
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -39,6 +39,8 @@ SCHEMA = [
     """CREATE INDEX IF NOT EXISTS timerwheel_keys_owner ON timerwheel_keys (owner)""",
     # (version 6) Paused by a user (set by set_paused only: the other writes leave it)
     """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false""",
+    # (version 7) A key's own options (JSON text; NULL: the KeyedScheduler's), set by put and replace
+    """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS options text""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
         key text NOT NULL,
         generation bigint NOT NULL,
@@ -229,7 +231,7 @@ def held_row(key: Any, generation: int, paused: bool) -> tuple[Hashable, int, bo
     return stored_key(key), generation, bool(paused)
 
 
-COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused"
+COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused, options"
 ROW_WAIT = 0.1  # seconds a batch of takes waits, at most, for keys' rows others hold (timerwheel_take_fires)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
 # kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.

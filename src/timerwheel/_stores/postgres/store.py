@@ -144,14 +144,14 @@ class PostgresStore:
             return int(
                 conn.execute(
                     "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner) VALUES "
-                    f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
+                    "last_scheduled_for, last_error, options, owner) VALUES "
+                    f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
                     "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
                     "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, owner = EXCLUDED.owner "
+                    "EXCLUDED.last_error, options = EXCLUDED.options, owner = EXCLUDED.owner "
                     "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
-                    (k, *row[1:7], self.owner_id, CHANNEL, payload),
+                    (k, *row[1:7], row.options, self.owner_id, CHANNEL, payload),
                 ).fetchone()[0]
             )
 
@@ -167,7 +167,9 @@ class PostgresStore:
             rows, key=lambda r: key_text(r.key)
         )  # (rows locked in one order: no deadlock between two)
         keys = [key_text(r.key) for r in rows]
-        columns = list(zip(*(r[1:7] for r in rows), strict=True)) if rows else [[]] * 6
+        columns: list[Any] = (
+            list(zip(*((*r[1:7], r.options) for r in rows), strict=True)) if rows else [[]] * 7
+        )
         payload = json.dumps({"o": self.owner_id, "all": True})
 
         def work(conn: Any) -> dict[str, int]:
@@ -186,16 +188,16 @@ class PostgresStore:
                 ).fetchone()[0]
                 result = conn.execute(
                     "INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
-                    "last_scheduled_for, last_error, owner) SELECT u.key, u.data, "
+                    "last_scheduled_for, last_error, options, owner) SELECT u.key, u.data, "
                     f"{ABOVE_FLOOR.replace('%s', 'u.generation')}, u.state, u.next_run_at, "
-                    "u.last_scheduled_for, u.last_error, %s FROM unnest(%s::text[], %s::text[], "
-                    "%s::bigint[], %s::text[], %s::bigint[], %s::bigint[], %s::text[]) AS u(key, data, "
-                    "generation, state, next_run_at, last_scheduled_for, last_error) ON CONFLICT (key) "
-                    "DO UPDATE SET data = EXCLUDED.data, "
+                    "u.last_scheduled_for, u.last_error, u.options, %s FROM unnest(%s::text[], "
+                    "%s::text[], %s::bigint[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], "
+                    "%s::text[]) AS u(key, data, generation, state, next_run_at, last_scheduled_for, "
+                    "last_error, options) ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data, "
                     "generation = GREATEST(EXCLUDED.generation, t.generation + 1), state = EXCLUDED.state, "
                     "next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, owner = EXCLUDED.owner "
+                    "EXCLUDED.last_error, options = EXCLUDED.options, owner = EXCLUDED.owner "
                     "RETURNING key, generation",
                     (self.owner_id, keys, *[list(c) for c in columns]),
                 ).fetchall()

@@ -1,0 +1,208 @@
+"""Overlap policies (Overlap.SKIP, QUEUE_ONE, ALLOW, REPLACE): what a key's fire does when it comes while
+a run of the key goes, given to the KeyedScheduler (every key's) and to upsert() (one key's, kept by a
+durable store with the key).
+
+Runs are coroutines on an AsyncScheduler on a VirtualTimeLoop: a run goes until the test lets it go (or
+its ctx.cancelled is set), so that a fire comes during it at a known virtual time."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timerwheel import (
+    AsyncScheduler,
+    JobContext,
+    KeyedScheduler,
+    KeyState,
+    MemoryStore,
+    Overlap,
+    Reschedule,
+    SQLiteStore,
+)
+from timerwheel.testing import VirtualTimeLoop
+
+from .test_keyed_pause import T0, every_10s
+
+
+class Life:
+    """A KeyedScheduler whose runs go until they are let go (`finish`) or told to stop (ctx.cancelled),
+    on virtual time: `started` lists (key, scheduled_for, start) and `ended` (key, scheduled_for, end,
+    cancelled), in seconds after T0."""
+
+    def __init__(self, store: Any = None, wall: float = T0, **kwargs: Any) -> None:
+        self.loop = VirtualTimeLoop(100.0, wall=wall)
+        self.sched = AsyncScheduler(loop=self.loop)
+        self.started: list[tuple[Any, float, float]] = []
+        self.ended: list[tuple[Any, float, float, bool]] = []
+        self.going: dict[tuple[Any, float], asyncio.Event] = {}
+        kwargs.setdefault("reschedule", Reschedule.BEFORE_RUN)
+        self.keyed = KeyedScheduler(
+            self.sched, kwargs.pop("next_run", every_10s), self._run, context=True, store=store, **kwargs
+        )
+
+    def now(self) -> float:
+        return self.loop.wall() - T0
+
+    async def _run(self, ctx: JobContext, key: Any, data: Any) -> None:
+        at = ctx.scheduled_for - T0
+        self.started.append((key, at, self.now()))
+        done = self.going[(key, at)] = asyncio.Event()
+        while not done.is_set() and not ctx.cancelled.is_set():
+            await asyncio.sleep(0.25)
+        self.ended.append((key, at, self.now(), ctx.cancelled.is_set()))
+
+    def finish(self, key: Any, scheduled_for: float) -> None:
+        self.going[(key, scheduled_for)].set()
+
+    def running(self) -> list[tuple[Any, float]]:
+        done = {(k, at) for k, at, _, _ in self.ended}
+        return [(k, at) for k, at, _ in self.started if (k, at) not in done]
+
+    def advance(self, seconds: float) -> None:
+        self.loop.run_until_complete(asyncio.sleep(seconds))
+
+    def close(self) -> None:
+        for done in self.going.values():
+            done.set()
+        self.advance(1)  # (the runs end)
+        self.loop.run_until_complete(self.keyed.aclose())
+        self.loop.run_until_complete(self.sched.close())
+        self.loop.close()
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    return MemoryStore() if request.param == "memory" else SQLiteStore(tmp_path / "keys.db")
+
+
+def test_the_default_under_before_run_is_allow_runs_go_side_by_side(store: Any) -> None:
+    life = Life(store)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(25)
+    assert life.running() == [("k", 10.0), ("k", 20.0)]  # the fire at 20 began beside the run of 10
+    assert life.keyed.get("k").overlap is Overlap.ALLOW  # type: ignore[union-attr]
+    life.close()
+
+
+def test_skip_runs_nothing_while_a_run_goes_counts_it_and_plans_the_next(store: Any) -> None:
+    life = Life(store, overlap=Overlap.SKIP)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(32)  # the run of 10 goes on: the fires at 20 and 30 are skipped
+    assert life.running() == [("k", 10.0)]
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.RUNNING and info.running
+    assert info.next_run_at == datetime.fromtimestamp(T0 + 40, UTC)  # (armed for the next)
+    assert life.keyed.stats().skipped == 2
+    life.finish("k", 10.0)
+    life.advance(10)  # the fire at 40 comes with no run going: it runs
+    assert [at for _, at, _ in life.started] == [10.0, 40.0]
+    assert life.keyed.stats().skipped == 2 and life.keyed.stats().started == 2
+    life.close()
+
+
+def test_queue_one_runs_the_first_fire_that_came_once_the_run_ends_and_no_more(store: Any) -> None:
+    life = Life(store, overlap=Overlap.QUEUE_ONE)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(42)  # the run of 10 goes on: the fire at 20 waits; those at 30 and 40 do not come
+    assert life.running() == [("k", 10.0)]
+    info = life.keyed.get("k")
+    assert info is not None and info.next_run_at == datetime.fromtimestamp(T0 + 20, UTC)  # (it waits)
+    life.finish("k", 10.0)
+    life.advance(1)
+    assert life.started == [("k", 10.0, 10.0), ("k", 20.0, 42.25)]  # the waiting fire, at once
+    life.finish("k", 20.0)
+    life.advance(10)
+    assert [at for _, at, _ in life.started] == [10.0, 20.0, 50.0]  # then on schedule again
+    assert life.keyed.stats().skipped == 0
+    life.close()
+
+
+def test_replace_tells_the_running_run_to_stop_and_starts_at_once(store: Any) -> None:
+    life = Life(store, overlap=Overlap.REPLACE)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(21)
+    assert life.started == [("k", 10.0, 10.0), ("k", 20.0, 20.0)]
+    assert life.ended == [("k", 10.0, 20.0, True)]  # told through ctx.cancelled, as the new one began
+    assert life.running() == [("k", 20.0)]
+    life.close()
+
+
+def test_a_keys_own_overlap_goes_before_the_schedulers_and_an_upsert_without_it_resets_it(
+    store: Any,
+) -> None:
+    life = Life(store)  # (every key ALLOW: BEFORE_RUN's default)
+    life.keyed.upsert("skips", overlap=Overlap.SKIP)
+    life.keyed.upsert("allows")
+    life.keyed.start()
+    assert life.keyed.get("skips").overlap is Overlap.SKIP  # type: ignore[union-attr]
+    life.advance(25)
+    assert sorted(life.running()) == [("allows", 10.0), ("allows", 20.0), ("skips", 10.0)]
+    life.keyed.upsert("skips")  # (no overlap: the KeyedScheduler's again)
+    assert life.keyed.get("skips").overlap is Overlap.ALLOW  # type: ignore[union-attr]
+    life.advance(10)
+    assert ("skips", 30.0) in life.running()
+    life.close()
+
+
+def test_a_keys_own_overlap_is_kept_by_the_file_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path))
+    life.keyed.upsert("k", overlap=Overlap.SKIP)
+    life.keyed.upsert("plain")
+    life.keyed.start()
+    life.advance(12)  # (runs and ends write the key's row: they keep its options)
+    life.close()
+    db = sqlite3.connect(path)
+    options = dict(db.execute("SELECT key, options FROM timerwheel_keys").fetchall())
+    db.close()
+    assert options == {'"k"': json.dumps({"overlap": "skip"}, separators=(",", ":")), '"plain"': None}
+    again = Life(SQLiteStore(path), wall=T0 + 15)
+    assert again.keyed.get("k").overlap is Overlap.SKIP  # type: ignore[union-attr]
+    again.keyed.start()
+    again.advance(20)  # the fire at 30 comes while the run of 20 goes: skipped for k, beside it for plain
+    assert sorted(again.running()) == [("k", 20.0), ("plain", 20.0), ("plain", 30.0)]
+    assert again.keyed.stats().skipped == 1
+    again.close()
+
+
+def test_under_after_finish_skip_drops_a_newer_generations_fire_that_comes_during_a_run() -> None:
+    """Under AFTER_FINISH a key's own fires never come during its run; an upsert during a run does make
+    one come (the newer generation's): SKIP drops it and plans the next; the default waits for the run."""
+    for overlap, expected in ((Overlap.SKIP, [10.0, 30.0]), (None, [10.0, 20.0])):
+        life = Life(reschedule=Reschedule.AFTER_FINISH, overlap=overlap)
+        life.keyed.upsert("k")
+        life.keyed.start()
+        life.advance(12)
+        life.keyed.upsert("k", "new data")  # its first fire, at 20, comes while the run of 10 goes
+        life.advance(10)
+        assert life.running() == [("k", 10.0)]
+        life.finish("k", 10.0)
+        life.advance(10)
+        assert [at for _, at, _ in life.started] == expected, overlap
+        life.close()
+
+
+def test_bad_overlap_is_refused_naming_the_argument_and_changes_nothing() -> None:
+    life = Life()
+    with pytest.raises(TypeError, match="overlap must be an Overlap"):
+        life.keyed.upsert("k", overlap="skip")  # type: ignore[arg-type]
+    assert "k" not in life.keyed
+    life.keyed.upsert("k", overlap=Overlap.SKIP)
+    with pytest.raises(TypeError, match="overlap must be an Overlap"):
+        life.keyed.upsert("k", "new", overlap=1)  # type: ignore[arg-type]
+    info = life.keyed.get("k")
+    assert info is not None and info.data is None and info.overlap is Overlap.SKIP
+    with pytest.raises(TypeError, match="overlap must be an Overlap"):
+        Life(overlap="allow")
+    life.close()
