@@ -892,7 +892,18 @@ def opened_and_loaded(path: Path, clock: ManualClock) -> None:
         store.close()
 
 
-GOOD = ('"bad"', '{"every":10}', 1, "pending", 1_736_165_000_000_000, None, None, 0, None)  # a key's row
+GOOD = (
+    '"bad"',
+    '{"every":10}',
+    1,
+    "pending",
+    1_736_165_000_000_000,
+    None,
+    None,
+    0,
+    None,
+    None,
+)  # a key's row
 AT = 1_736_165_000_000_000
 FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
 
@@ -932,22 +943,55 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param(
             "keys", (*GOOD[:6], b"\x00", *GOOD[7:]), "bad.* its last_error is bytes", id="error-blob"
         ),
-        pytest.param("keys", (*GOOD[:7], 2, None), "bad.* its paused is 2, not a boolean", id="paused"),
-        pytest.param("keys", (*GOOD[:8], "{"), "bad.* its options are not JSON", id="options"),
-        pytest.param(
-            "keys", (*GOOD[:8], "[1]"), r"bad.* its options are '\[1\]', not a JSON object", id="opt-list"
-        ),
-        pytest.param("keys", (*GOOD[:8], b"{}"), "bad.* its options are bytes", id="opt-blob"),
+        pytest.param("keys", (*GOOD[:7], 2, *GOOD[8:]), "bad.* its paused is 2, not a boolean", id="paused"),
+        pytest.param("keys", (*GOOD[:8], "{", None), "bad.* its options are not JSON", id="options"),
         pytest.param(
             "keys",
-            (*GOOD[:8], '{"jitter":1}'),
+            (*GOOD[:8], "[1]", None),
+            r"bad.* its options are '\[1\]', not a JSON object",
+            id="opt-list",
+        ),
+        pytest.param("keys", (*GOOD[:8], b"{}", None), "bad.* its options are bytes", id="opt-blob"),
+        pytest.param(
+            "keys",
+            (*GOOD[:8], '{"jitter":1}', None),
             "bad.* its options have 'jitter', which this",
             id="opt-unknown",
         ),
         pytest.param(
-            "keys", (*GOOD[:8], '{"overlap":"wait"}'), "bad.* its overlap is 'wait', not one of", id="overlap"
+            "keys",
+            (*GOOD[:8], '{"overlap":"wait"}', None),
+            "bad.* its overlap is 'wait', not one of",
+            id="overlap",
         ),
-        pytest.param("keys", (*GOOD[:8], '{"overlap":[]}'), r"bad.* its overlap is \[\]", id="overlap-list"),
+        pytest.param(
+            "keys", (*GOOD[:8], '{"overlap":[]}', None), r"bad.* its overlap is \[\]", id="overlap-list"
+        ),
+        pytest.param("keys", (*GOOD[:9], "{"), "bad.* its triggered is not JSON", id="triggered"),
+        pytest.param(
+            "keys",
+            (*GOOD[:9], '{"at":1}'),
+            "bad.* its triggered is .*, not an object of at",
+            id="trig-fields",
+        ),
+        pytest.param(
+            "keys",
+            (*GOOD[:9], '{"at":4611686018427387904,"restart":false,"overlap":null}'),
+            "bad.* its triggered at is 4611686018427387904",
+            id="trig-at",
+        ),
+        pytest.param(
+            "keys",
+            (*GOOD[:9], '{"at":1736165000000000,"restart":0,"overlap":null}'),
+            "bad.* its triggered restart is 0, not a boolean",
+            id="trig-restart",
+        ),
+        pytest.param(
+            "keys",
+            (*GOOD[:9], '{"at":1736165000000000,"restart":true,"overlap":"x"}'),
+            "bad.* its triggered overlap is 'x'",
+            id="trig-overlap",
+        ),
         pytest.param("fires", ("nope", 1, AT, 0, None, None, 1), "'nope'.* timerwheel_fires", id="fire-key"),
         pytest.param(
             "fires", (GOOD[0], -2, AT, 0, None, None, 1), "bad.* its generation is -2", id="fire-gen"
@@ -1003,12 +1047,12 @@ def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) 
     for state in KeyState:  # (a paused key: a row of any state, paused)
         paused = state is KeyState.PAUSED
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?, NULL)",
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?, NULL, NULL)",
             (f'"{state.value}"', "disabled" if paused else state.value, paused),
         )
     for overlap in Overlap:  # (and every key's own overlap)
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, 'disabled', NULL, NULL, NULL, 0, ?)",
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, 'disabled', NULL, NULL, NULL, 0, ?, NULL)",
             (f'"{overlap.name}"', json.dumps({"overlap": overlap.value})),
         )
     db.commit()

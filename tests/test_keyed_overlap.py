@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,9 @@ from timerwheel import (
     Overlap,
     Reschedule,
     SQLiteStore,
+    ThreadedScheduler,
 )
-from timerwheel.testing import VirtualTimeLoop
+from timerwheel.testing import ManualClock, VirtualTimeLoop, wait_until_idle
 
 from .test_keyed_pause import T0, every_10s
 
@@ -206,3 +210,125 @@ def test_bad_overlap_is_refused_naming_the_argument_and_changes_nothing() -> Non
     with pytest.raises(TypeError, match="overlap must be an Overlap"):
         Life(overlap="allow")
     life.close()
+
+
+def _clock_fails_once_as_a_fire_is_decided(life: Life) -> dict[str, bool]:
+    """The keyed layer's wall clock fails once, when armed, as a fire of a key is decided (as it comes
+    during a run, or as its run is to begin)."""
+    table = life.keyed._table
+    real = table.wall_now
+    flag = {"armed": False}
+
+    def wall_now() -> float:
+        if flag["armed"] and sys._getframe(1).f_code.co_name in ("_overlapping", "_prepare"):
+            flag["armed"] = False
+            raise OSError("the wall clock is not there")
+        return real()
+
+    table.wall_now = wall_now  # type: ignore[method-assign]
+    return flag
+
+
+@pytest.mark.parametrize("overlap", [Overlap.SKIP, Overlap.REPLACE])
+def test_a_fire_whose_clock_failed_once_as_it_came_during_a_run_keeps_its_overlap(overlap: Overlap) -> None:
+    """A fire put back at the head of its key's queue by a wall clock that failed as it came during a run
+    was taken for a fire a catch-up decided to run: it waited for the run (SKIP: it ran late, after it;
+    REPLACE: it never replaced the run, which ran on)."""
+    life = Life(overlap=overlap)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    flag = _clock_fails_once_as_a_fire_is_decided(life)
+    life.advance(15)  # the run of 10 goes
+    flag["armed"] = True
+    life.advance(17)  # the fire of 20 comes, and meets the failing clock; then the fire of 30
+    assert not flag["armed"]
+    if overlap is Overlap.SKIP:
+        life.finish("k", 10.0)
+        life.advance(1)
+        assert [at for _, at, _ in life.started] == [10.0]  # the fires of 20 and 30: skipped, not late
+        assert life.keyed.stats().skipped == 2
+    else:
+        assert life.ended[0][:2] == ("k", 10.0) and life.ended[0][3]  # told to stop
+        assert ("k", 30.0) in life.running()
+    life.close()
+
+
+def test_a_key_whose_plan_ends_at_a_skipped_fire_shows_running_while_its_run_goes() -> None:
+    """As at a run's start: next_run says None at the skipped fire, and the key showed DISABLED (and
+    on_state_change heard RUNNING -> DISABLED) while its run went on."""
+
+    def at_10_and_20(now: datetime, key: Any, data: Any) -> datetime | None:
+        return None if now.timestamp() - T0 >= 20 else every_10s(now, key, data)
+
+    life = Life(overlap=Overlap.SKIP, next_run=at_10_and_20)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(22)  # the run of 10 goes; the fire of 20 is skipped, and next_run says None after it
+    info = life.keyed.get("k")
+    assert life.keyed.stats().skipped == 1
+    assert info is not None and info.running and info.state is KeyState.RUNNING
+    life.finish("k", 10.0)
+    life.advance(1)
+    assert life.keyed.get("k").state is KeyState.DISABLED  # type: ignore[union-attr]
+    life.close()
+
+
+class OneWorker:
+    """A KeyedScheduler (BEFORE_RUN) on a ThreadedScheduler with one worker, on a ManualClock: a run goes
+    until it is let go or told to stop. The waits are for conditions; their deadline only keeps a
+    broken test from hanging."""
+
+    def __init__(self, overlap: Overlap) -> None:
+        self.clock = ManualClock(100.0, wall=T0)
+        self.sched = ThreadedScheduler(clock=self.clock, workers=1)
+        self.started: list[float] = []
+        self.ended: dict[float, bool] = {}  # scheduled_for: told to stop
+        self.gates: dict[float, threading.Event] = {}
+        self.keyed = KeyedScheduler(
+            self.sched, every_10s, self._run, context=True, reschedule=Reschedule.BEFORE_RUN, overlap=overlap
+        )
+
+    def _run(self, ctx: JobContext, key: Any, data: Any) -> None:
+        at = ctx.scheduled_for - T0
+        gate = self.gates[at] = threading.Event()
+        self.started.append(at)
+        while not gate.wait(0.001) and not ctx.cancelled.is_set():
+            pass
+        self.ended[at] = ctx.cancelled.is_set()
+
+    def close(self) -> None:
+        for gate in list(self.gates.values()):
+            gate.set()
+        self.keyed.close()
+        self.sched.close()
+
+
+@pytest.mark.parametrize("overlap", [Overlap.SKIP, Overlap.REPLACE])
+def test_with_every_worker_busy_a_fire_is_decided_as_it_comes(overlap: Overlap) -> None:
+    """With one worker, busy with the key's run, the fire of 20 was decided when a worker took it, not
+    when it came: under SKIP it ran late, after the run; under REPLACE the run was never told to stop
+    (no worker was ever free for the fire that was to tell it), and the key never ran again."""
+    one = OneWorker(overlap)
+    one.keyed.upsert("k")
+    one.keyed.start()
+    one.clock.advance(10)
+    _until(lambda: one.started == [10.0])
+    one.clock.advance(15)  # 25: the fire of 20 came while the run of 10 goes
+    if overlap is Overlap.SKIP:
+        _until(lambda: one.keyed.stats().skipped == 1)
+        one.gates[10.0].set()
+        _until(lambda: 10.0 in one.ended)
+        wait_until_idle(one.sched)
+        assert one.started == [10.0]
+    else:
+        _until(lambda: 10.0 in one.ended)
+        assert one.ended[10.0] is True  # told to stop, as the fire came
+        _until(lambda: one.started == [10.0, 20.0])
+    one.close()
+
+
+def _until(condition: Any, deadline: float = 10.0) -> None:
+    stop = time.monotonic() + deadline
+    while not condition():
+        assert time.monotonic() < stop, "the condition never held"
+        time.sleep(0.001)

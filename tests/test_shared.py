@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import json
 import math
 import os
 import signal
@@ -2188,3 +2189,46 @@ def test_a_keys_own_overlap_comes_with_its_claim_and_an_upsert_elsewhere_resets_
     assert sql(dsn, "SELECT options FROM timerwheel_keys WHERE key = '\"k\"'") == [(None,)]
     b.close()
     c.close()
+
+
+# -- triggers, run by the process that holds the key -----------------------------------------------------
+
+
+@pytest.mark.realtime
+def test_a_trigger_from_another_process_runs_once_on_the_holder_and_keeps_its_plan(dsn: str) -> None:
+    """b triggers a key that a holds: a hears of it (NOTIFY) and runs it at once, once, with the trigger's
+    time as its scheduled_for; the key's hourly plan does not move. Tolerance: 5 s for a loaded CI
+    machine to hear a NOTIFY and run."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(3600))
+    a.keyed.upsert("k")
+    planned = a.keyed.get("k").next_run_at  # type: ignore[union-attr]
+    b = Node(dsn, runs, next_run=every(3600))
+    at = b.keyed.trigger("k")
+    assert at is not None and b.keyed.trigger("k") == at  # (not run yet: that one)
+    wait_for(lambda: runs[("k", round(at.timestamp(), 6))] == 1, 5.0, "a runs the trigger")
+    wait_for(lambda: sql(dsn, "SELECT triggered FROM timerwheel_keys") == [(None,)], 5.0, "it is cleared")
+    assert a.keyed.get("k").next_run_at == planned  # type: ignore[union-attr]
+    assert b.keyed.trigger("nothing") is None
+    time.sleep(0.5)  # (a NOTIFY heard twice, a full read: nothing runs it again)
+    assert sum(runs.values()) == 1
+    a.close()
+    b.close()
+
+
+@pytest.mark.realtime
+def test_a_trigger_its_holder_never_ran_is_run_by_the_process_that_claims_the_key(dsn: str) -> None:
+    """A trigger stored while no process held the key (its holder died first, say) is run by the next
+    holder, once, after its catch-up. Tolerance: 5 s for a loaded CI machine to claim and run."""
+    store = PostgresStore(dsn, lease=30.0)
+    g = store.put(StoredKey("k", "null", 1, "pending", None, None, None))
+    found = store.trigger("k", False, None)
+    assert found is not None
+    store.release({"k": g})
+    store.close()
+    at = json.loads(found[0])["at"] / 1e6
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs, next_run=every(3600))
+    wait_for(lambda: runs[("k", round(at, 6))] == 1, 5.0, "the claimer runs the trigger")
+    a.close()
+    assert sum(runs.values()) == 1

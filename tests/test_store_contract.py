@@ -20,6 +20,7 @@ A new store is correct when it passes this suite. The guarantees:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ class Holder:
         self.reconciled: list[dict[Any, int]] = []
         self.shed_counts: list[int] = []
         self.flags: dict[Any, bool] = {}  # what it was told of its keys' pauses
+        self.triggers: dict[Any, str] = {}  # what it was told of its keys' triggers
 
     def stamp(self) -> int:
         return 0
@@ -76,6 +78,9 @@ class Holder:
 
     def paused(self, flags: dict[Any, bool], stamp: int) -> None:
         self.flags.update(flags)
+
+    def triggered(self, triggers: dict[Any, str], stamp: int) -> None:
+        self.triggers.update(triggers)
 
     def lost(self) -> None:
         pass
@@ -569,6 +574,69 @@ def test_a_pause_is_kept_by_an_upsert_and_comes_with_a_claim(backend: Backend) -
     backend.claim(b, holder)  # type: ignore[attr-defined]
     assert [(r.key, r.paused) for r in holder.adopted] == [("k", True)]
     assert b.start_fire(row("k", g, state="running", at=None), T, T, False) == TAKE_PAUSED
+
+
+# -- triggers ------------------------------------------------------------------------------------------------
+
+
+def test_a_local_store_keeps_a_keys_trigger_as_its_writes_give_it(backend: Backend) -> None:
+    durable(backend)
+    if backend.shared:
+        pytest.skip("a shared store keeps a trigger as trigger() sets it (see the next tests)")
+    store = backend.open()
+    g = store.put(row("k"))
+    trigger = '{"at":1800000000000000,"restart":false,"overlap":"skip"}'
+    store.save([row("k", g)._replace(triggered=trigger)])
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["k"].triggered == trigger
+    store.start_fire(row("k", g, state="running", at=None), T, T, False)  # (its take: written without)
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["k"].triggered is None
+
+
+def test_a_shared_stores_trigger_is_kept_once_told_to_its_holder_and_cleared_by_a_take_at_or_after_it(
+    backend: Backend,
+) -> None:
+    """trigger() stores one trigger at the store's clock (a second is that one), whichever process asks;
+    the holder is told at its full reads and a claimer reads it in the row; the take of a fire before it
+    leaves it, the take of a fire at or after it clears it; nothing for a key not there."""
+    shared(backend)
+    a = backend.open()
+    g = a.put(row("k"))
+    assert a.trigger("nothing", False, None) is None
+    b = backend.open()
+    text, mine = b.trigger("k", True, "allow")
+    assert not mine and b.trigger("k", False, None) == (text, False)  # (one not run yet: that one)
+    at = json.loads(text)["at"]
+    assert json.loads(text) == {"at": at, "restart": True, "overlap": "allow"}
+    assert a.trigger("k", False, None) == (text, True)  # (a holds the key)
+    told = Holder()
+    backend.claim(a, told)  # type: ignore[attr-defined]  # (its first round reads what it holds in full)
+    assert told.triggers == {"k": text}
+    assert a.start_fire(row("k", g, state="running", at=None), at - US, at - US, False) == 1
+    backend.lapse(a)  # type: ignore[attr-defined]
+    holder = Holder()
+    backend.claim(b, holder)  # type: ignore[attr-defined]
+    assert [(r.key, r.triggered) for r in holder.adopted] == [("k", text)]  # (a fire before it: kept)
+    assert b.start_fire(row("k", g, state="running", at=None), at, at, False) == 1
+    assert backend.keys(b)["k"].triggered is None  # (the fire at it: cleared)
+
+
+def test_a_shared_stores_trigger_is_dropped_by_an_upsert_and_a_pause_and_refused_while_paused(
+    backend: Backend,
+) -> None:
+    shared(backend)
+    a = backend.open()
+    g = a.put(row("k"))
+    a.trigger("k", False, None)
+    g = a.put(row("k", g))
+    assert backend.keys(a)["k"].triggered is None
+    a = backend.open()
+    a.trigger("k", False, None)
+    a.set_paused(["k"], True)
+    assert a.trigger("k", False, None) is None
+    a.set_paused(["k"], False)
+    assert backend.keys(a)["k"].triggered is None
 
 
 # -- bad input changes nothing ----------------------------------------------------------------------------

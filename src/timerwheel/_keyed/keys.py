@@ -150,6 +150,25 @@ class KeyInfo(NamedTuple):
     overlap: Overlap = Overlap.QUEUE_ONE
 
 
+class Trigger(NamedTuple):
+    """A key's trigger not run yet (KeyedScheduler.trigger): the fire at `at` (POSIX seconds) of
+    `generation`, run at once under `overlap` (None: the key's); after it the key goes back to the plan
+    it had (`before`: state and next run, read as the trigger was applied), or, `restart` (or no plan of
+    its own then: a queue, a run going under AFTER_FINISH), plans from it as from any fire."""
+
+    generation: int
+    at: float
+    restart: bool
+    overlap: Overlap | None
+    before: tuple[KeyState, float | None] | None = None  # (the key's plan as it was applied)
+    keeps: bool = False  # (the key goes back to it after the run)
+
+    @property
+    def kept(self) -> tuple[KeyState, float | None] | None:
+        """The plan the key goes back to after the triggered run (None: it plans from the run)."""
+        return self.before if self.keeps else None
+
+
 class KeyOwner(Protocol):
     """What a key's record needs of the key table that holds it: whether its KeyedScheduler is closed (a
     closed one shows every key DISABLED), and where a fire goes (the engine calls Key.fire at the key's
@@ -196,6 +215,7 @@ class Key(WallTimer):
         "running",
         "state",
         "taking",
+        "triggered",
         "voided",
     )
 
@@ -239,6 +259,7 @@ class Key(WallTimer):
         # about once they are done (`resumed`: see Runs._take_done), from what they made of it.
         self.taking = 0
         self.resumed = False
+        self.triggered: Trigger | None = None  # (a trigger not run yet; of its generation only)
 
     def row(
         self,
@@ -249,14 +270,27 @@ class Key(WallTimer):
         last_error: str | None,
         started: float | None = None,
         overlap: Overlap | _Own | None = OWN,
+        triggered: Trigger | _Own | None = OWN,
     ) -> StoredKey:
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
-        error), its latest started fire (`started`, or its own) and its options (`overlap`, or its own).
-        The one place a row is made."""
+        error), its latest started fire (`started`, or its own), its options (`overlap`, or its own) and
+        its trigger not run yet (`triggered`, or its own, if of that generation). The one place a row
+        is made."""
         latest = self.last_scheduled_for if started is None else started
         options = options_text(self.overlap if overlap is OWN else overlap)
+        trigger = self.triggered if triggered is OWN else triggered
+        text = None if trigger is None or trigger.generation != generation else trigger_text(trigger)
         return StoredKey(
-            self.key, data, generation, state.value, us(at), us(latest), last_error, self.paused, options
+            self.key,
+            data,
+            generation,
+            state.value,
+            us(at),
+            us(latest),
+            last_error,
+            self.paused,
+            options,
+            text,
         )
 
     def fire(self) -> None:
@@ -293,6 +327,21 @@ def options_text(overlap: Overlap | None) -> str | None:
 
 
 _OPTIONS = {o: json.dumps({"overlap": o.value}, separators=(",", ":")) for o in Overlap}
+
+
+def trigger_text(trigger: Trigger) -> str:
+    """A key's trigger as a store keeps it (StoredKey.triggered)."""
+    overlap = None if trigger.overlap is None else trigger.overlap.value
+    return json.dumps({"at": micro(trigger.at), "restart": trigger.restart, "overlap": overlap})
+
+
+def trigger_of(text: str, generation: int) -> Trigger:
+    """A key's trigger, from its stored form (checked as the store read it: see key_row)."""
+    stored = json.loads(text)
+    overlap = stored["overlap"]
+    return Trigger(
+        generation, stored["at"] / 1_000_000, stored["restart"], None if overlap is None else Overlap(overlap)
+    )
 
 
 def options_of(text: str | None) -> Overlap | None:
@@ -373,6 +422,19 @@ def since(rec: Key, wall_now: float, scheduled_for: float, rerun: bool) -> float
     if decided is not None and decided[0] == rec.generation and decided[1] > after:
         return decided[1]
     return after
+
+
+def decided(rec: Key, generation: int, scheduled_for: float, rerun: bool) -> bool:
+    """Whether a fire at the head of its key's queue is one a catch-up decided to run: a rerun, or a
+    missed fire at or before the decision (Key.decided); not a fire put back there (the clock or the
+    store failed as it was to start, or it waits for a run's end)."""
+    queue = rec.catch_up
+    if not queue or queue[0][0] != scheduled_for:
+        return False
+    if rerun:
+        return True
+    decision = rec.decided
+    return decision is not None and decision[0] == generation and scheduled_for <= decision[1]
 
 
 def keep_first(rec: Key, scheduled_for: float, rerun: bool) -> None:

@@ -16,9 +16,11 @@ from .keys import (
     CatchUp,
     Key,
     KeyState,
+    Overlap,
     Policy,
     Recover,
     Reschedule,
+    Trigger,
     advancing,
     iso,
     micro,
@@ -301,6 +303,8 @@ def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]], paused: bool 
         if plan.queue and plan.decided is not None:
             rec.decided = (generation, plan.decided)
         table.apply(rec, plan.state, plan.at, plan.last_error, plan.error)
+        if rec.triggered is not None and not rec.paused:  # (stored, not run yet: after the catch-up)
+            table.trigger(rec, rec.triggered)
         if plan.skipped:
             count = len(plan.skipped)
             table.counts["missed"] += count
@@ -401,6 +405,32 @@ def set_paused(table: KeyTable, keys: list[Hashable] | None, paused: bool) -> in
     elif changing:
         resume(table, changing, table.wall_now(), write)
     return len(changing) if keys is None else len(recs)
+
+
+def trigger(table: KeyTable, key: Hashable, restart: bool, overlap: Overlap | None) -> float | None:
+    """trigger() with a local store (under the lock): the key's trigger, committed by a durable store
+    with the key's row, then applied (KeyTable.trigger); None for a key not here, or paused."""
+    if not table.started:
+        raise RuntimeError("trigger() runs a key now: start() the KeyedScheduler first")
+    rec = table.keys.get(key)
+    if rec is None or rec.paused:
+        return None
+    write = None
+    if table.durable:
+
+        def write(applied: Trigger) -> None:
+            row = rec.row(
+                table.encode(rec.data),
+                rec.generation,
+                rec.state,
+                rec.next_run_at,
+                rec.last_error,
+                triggered=applied,
+            )
+            table.store.save([row])
+
+    at = micro(table.wall_now()) / 1_000_000  # (in the microseconds a store keeps: exact as a datetime)
+    return table.trigger(rec, Trigger(rec.generation, at, restart, overlap), write)
 
 
 def unpause(table: KeyTable, recs: list[Key]) -> None:

@@ -17,11 +17,14 @@ from .._stores import TAKE_PAUSED, FinishedFire, StoredKey
 from .._types import RunOptions
 from .journal import Journal
 from .keys import (
+    OWN,
     Key,
     KeyState,
     Overlap,
     Reschedule,
+    Trigger,
     advancing,
+    decided,
     describe,
     iso,
     keep_first,
@@ -57,6 +60,7 @@ class Start(NamedTuple):
     last_error: str | None
     error: BaseException | None
     row: StoredKey | None
+    trigger: Trigger | None  # (the key's trigger, if this fire is its)
 
 
 class Runs:
@@ -79,6 +83,8 @@ class Runs:
         self._run = run
         self._context = context
         self._backoff = 0.0  # seconds: the retry of a fire whose start could not read the wall clock
+        # The runs of triggers that keep their key's plan (Trigger.kept): their end plans nothing
+        self._kept: set[JobContext] = set()
         coroutine = table.is_async and (
             inspect.iscoroutinefunction(run)
             or inspect.iscoroutinefunction(type(run).__call__)
@@ -111,6 +117,8 @@ class Runs:
         fire = (rec.generation, scheduled_for)
         if rec.handed == fire:
             return  # handed over already, its take not done yet: the take plans the key's next fire
+        if rec.running and self._overlapping(rec, rec.generation, scheduled_for, rerun):
+            return  # (it came while a run of its key goes: it waits for the run, or it was skipped)
         rec.handed = fire
         rec.hand += 1
         engine.schedule_at(
@@ -299,17 +307,8 @@ class Runs:
             return None
         if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
             return None
-        overlap = (rec.overlap or self.table.overlap) if rec.running else None
-        if overlap is not None and overlap is not Overlap.ALLOW:
-            queue = rec.catch_up
-            if overlap is Overlap.QUEUE_ONE or (queue and queue[0][0] == scheduled_for):
-                # A run of the key goes (under AFTER_FINISH, one of an older generation: the key was
-                # upserted meanwhile): this fire waits for the runs to end (end() arms it again); the
-                # key is not armed meanwhile, so no later fire comes while it waits. A fire of the
-                # key's catch-up queue (a catch-up, a rerun: decided to run) waits under SKIP and
-                # REPLACE too.
-                keep_first(rec, scheduled_for, rerun)
-                return None
+        if rec.running and self._overlapping(rec, generation, scheduled_for, rerun):
+            return None  # (a run of its key goes: it waits for the run, or it was skipped)
         try:
             wall_now = self.table.wall_now()
         except Exception as exc:  # the fire is not lost: it is tried again after a back-off
@@ -320,15 +319,16 @@ class Runs:
             keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
             self.table.apply(rec, rec.state, scheduled_for, rec.last_error)
             return None
-        if overlap is Overlap.SKIP:
-            self._skip(rec, generation, scheduled_for, rerun, wall_now)
-            return None
+        trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
         at: float | None
         error: BaseException | None
         queue = rec.catch_up
         rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
         if rest:  # more catch-up fires follow this one: the next is the next run
             state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
+        elif trigger is not None and trigger.kept is not None:  # (a trigger: the plan it found, kept)
+            state, at = trigger.kept
+            last_error, error = rec.last_error, None
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = advancing(
@@ -348,6 +348,7 @@ class Runs:
                 at,
                 last_error,
                 latest_started(rec, scheduled_for, rerun),
+                triggered=None if trigger is not None else OWN,  # (its take clears it)
             )
         rec.running += 1
         retake = rec.retake
@@ -369,25 +370,77 @@ class Runs:
             last_error,
             error,
             row,
+            trigger,
         )
 
-    def _skip(self, rec: Key, generation: int, scheduled_for: float, rerun: bool, wall_now: float) -> None:
+    def _trigger_of(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Trigger | None:
+        """The key's trigger, if this fire is its."""
+        trigger = rec.triggered
+        if trigger is None or rerun or trigger.generation != generation or trigger.at != scheduled_for:
+            return None
+        return trigger
+
+    def _overlapping(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> bool:
+        """Under the lock: a fire that comes while a run of its key goes (rec.running), as it comes (it
+        is handed over) and as its run is to begin (a run may have begun meanwhile): what the key's
+        overlap policy (a trigger's own, if it has one) makes of it. True if it does not start now: it
+        waits for the runs to end (QUEUE_ONE; a fire a catch-up decided to run, under SKIP and REPLACE
+        too: end() arms it again, and the key is not armed meanwhile), or it is skipped (SKIP). REPLACE
+        tells the runs going to stop (their ctx.cancelled), and the fire goes on."""
+        trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
+        overlap = (trigger is not None and trigger.overlap) or rec.overlap or self.table.overlap
+        if overlap is Overlap.ALLOW:
+            return False
+        waits = trigger is None and decided(rec, generation, scheduled_for, rerun)
+        if overlap is Overlap.QUEUE_ONE or waits:
+            keep_first(rec, scheduled_for, rerun)
+            return True
+        if overlap is Overlap.REPLACE:
+            for ctx in rec.contexts or ():
+                ctx.cancelled.set()
+            return False
+        try:
+            wall_now = self.table.wall_now()
+        except Exception:  # (its start reads the clock again, and backs off until it answers)
+            return False
+        if wall_now < scheduled_for:  # (the wall clock stepped back: its start arms it again at its time)
+            return False
+        self._skip(rec, generation, scheduled_for, rerun, wall_now, trigger)
+        return True
+
+    def _skip(
+        self,
+        rec: Key,
+        generation: int,
+        scheduled_for: float,
+        rerun: bool,
+        wall_now: float,
+        trigger: Trigger | None,
+    ) -> None:
         """Under the lock: a fire that came while a run of its key goes, and Overlap.SKIP: it does not
-        run. It is counted, and the key's next fire planned after it, as a run's start plans it; a
-        durable store gets the key's row (a restart does not find the skipped fire its plan)."""
+        run. It is counted, and the key's next fire planned after it, as a run's start plans it (a
+        trigger's: the plan it kept); a durable store gets the key's row (a restart does not find the
+        skipped fire its plan)."""
         t = self.table
         t.counts["skipped"] += 1
+        queue = rec.catch_up
+        if queue and queue[0][0] == scheduled_for:  # (a trigger waits there)
+            rec.catch_up = queue[1:] or None
+        if trigger is not None:
+            rec.triggered = None
         result: Any = None
         at: float | None
-        if rec.catch_up:  # (not this fire: see _prepare)
+        if rec.catch_up:
             state, at, last_error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error
+        elif trigger is not None and trigger.kept is not None:
+            (state, at), last_error = trigger.kept, rec.last_error
         else:
             result = advancing(
                 t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)), scheduled_for
             )
             state, at, last_error = outcome_of(rec, result)
-        if state is KeyState.PENDING and rec.state is KeyState.RUNNING:
-            state = KeyState.RUNNING  # (a run of it goes on: armed all the same)
+        if rec.state is KeyState.RUNNING and state is not KeyState.INVALID:
+            state = KeyState.RUNNING  # (a run of it goes on: armed all the same, as at a run's start)
         if t.durable:  # (a store that fails: the key is armed all the same; its row is written at its fire)
             row = rec.row(t.encode(rec.data), generation, state, at, last_error)
             self.journal.write(self.journal.save, [row], [], f"the skipped fire of key {rec.key!r}")
@@ -494,6 +547,8 @@ class Runs:
                     self._retry(rec, scheduled_for, start.rerun, taken, start.wall_now, delay)
             elif current:
                 # taken already (or, a shared store, the key is held elsewhere): the next one
+                if start.trigger is not None and rec.triggered is start.trigger:
+                    rec.triggered = None
                 rec.catch_up = start.rest or None
                 if rec.catch_up:
                     self.table.apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
@@ -510,14 +565,21 @@ class Runs:
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
             rec.catch_up = start.rest or None
             rec.last_scheduled_for = latest_started(rec, scheduled_for, start.rerun)
+            if start.trigger is not None and rec.triggered is start.trigger:
+                rec.triggered = None  # (run: its take cleared it in the store)
+        if start.trigger is not None and start.trigger.kept is not None:
+            self._kept.add(ctx)  # (its end plans nothing: the key goes on with the plan it had)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
             rec.contexts = [ctx]
         else:
-            if (rec.overlap or self.table.overlap) is Overlap.REPLACE:
-                # This run replaces the runs going: they are told to stop. (One of a fire older than a
-                # run going, its take answered late, is told at once: the later fire replaced it.)
+            trigger = start.trigger
+            overlap = (trigger is not None and trigger.overlap) or rec.overlap or self.table.overlap
+            if overlap is Overlap.REPLACE:
+                # This run replaces the runs going: they are told to stop (told as it came, too, those
+                # going then). One of a fire older than a run going, its take answered late, is told at
+                # once: the later fire replaced it.
                 for other in rec.contexts:
                     (other if other.scheduled_for <= scheduled_for else ctx).cancelled.set()
             rec.contexts.append(ctx)
@@ -541,6 +603,8 @@ class Runs:
         ended, so that it stays unfinished in a durable store, and whoever holds the key next (the next
         life, or the process that takes the key over) runs it again, following `recover`."""
         rec.running -= 1
+        if ctx is not None:
+            self._kept.discard(ctx)
         contexts = rec.contexts
         if contexts is not None and ctx in contexts:
             contexts.remove(ctx)
@@ -568,6 +632,9 @@ class Runs:
         """A run ended at the wall time `ended` (None: now, read under the lock)."""
         with self.table.lock:
             rec.running -= 1
+            kept = ctx in self._kept  # (a trigger's run that keeps the key's plan: it plans nothing)
+            if kept:
+                self._kept.discard(ctx)
             contexts = rec.contexts
             if contexts is not None:
                 if ctx in contexts:
@@ -589,6 +656,12 @@ class Runs:
                 last_error = describe(error) if error is not None else rec.last_error
                 if rec.catch_up:
                     outcome = (KeyState.PENDING, rec.catch_up[0][0], last_error)
+                elif kept or self.table.reschedule is Reschedule.BEFORE_RUN:
+                    # (planned already, at its start: armed, or its fire handed over)
+                    state = rec.state
+                    if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
+                        state = KeyState.PENDING if rec.next_run_at is not None else KeyState.DISABLED
+                    outcome = (state, rec.next_run_at, last_error)
                 elif self.table.reschedule is Reschedule.AFTER_FINISH:
                     result = advancing(
                         self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True)),
@@ -596,13 +669,8 @@ class Runs:
                     )
                     rec.last_error = last_error
                     outcome = outcome_of(rec, result)
-                elif self.table.reschedule is Reschedule.NONE:
+                else:  # NONE
                     outcome = (KeyState.DISABLED, None, last_error)
-                else:  # BEFORE_RUN: planned already, at its start (armed, or its fire handed over)
-                    state = rec.state
-                    if state is KeyState.RUNNING and not rec.running:  # (runs may overlap: the last one)
-                        state = KeyState.PENDING if rec.next_run_at is not None else KeyState.DISABLED
-                    outcome = (state, rec.next_run_at, last_error)
             elif self.table.waited(rec):  # a fire of the newer generation waited for this run to end: now
                 outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
             if self.table.durable and self.journal.store_open():
@@ -643,17 +711,21 @@ class Runs:
             if rec.id is not None:
                 return  # armed meanwhile (an upsert)
             rec.last_error = f"Dropped: the run of {iso(scheduled_for)} was dropped (backpressure)"
+            trigger = rec.triggered
+            if trigger is not None and (rerun or trigger.at != scheduled_for):
+                trigger = None
             if rerun:  # an interrupted fire to run again: it stays first in line
                 keep_first(rec, scheduled_for, rerun)
             elif rec.catch_up and rec.catch_up[0][0] == scheduled_for:  # a dropped catch-up fire: gone
                 rec.catch_up = rec.catch_up[1:] or None
+            if trigger is not None:  # (a dropped trigger: gone)
+                rec.triggered = None
             result: Any = None
+            outcome: tuple[KeyState, float | None, str | None]
             if rec.catch_up:
-                outcome: tuple[KeyState, float | None, str | None] = (
-                    KeyState.PENDING,
-                    rec.catch_up[0][0],
-                    rec.last_error,
-                )
+                outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+            elif trigger is not None and trigger.kept is not None:
+                outcome = (*trigger.kept, rec.last_error)
             else:
                 result = self.table.evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
                 outcome = outcome_of(rec, result)

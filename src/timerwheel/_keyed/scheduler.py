@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .._clock import utc_not_after
@@ -45,7 +45,7 @@ from .keys import (
     check_key,
     checked_key,
 )
-from .recovery import apply_all, decide_all, load, set_paused
+from .recovery import apply_all, decide_all, load, set_paused, trigger
 from .runs import Runs, in_a_run
 from .shared import Pending, SharedKeys
 from .table import KeyTable
@@ -651,6 +651,57 @@ class KeyedScheduler:
         t.check_caller()
         return int(await self._shared_keys.wait_async(self._shared_keys.set_paused(keys, paused)))
 
+    # -- running one now -------------------------------------------------------------------------------
+
+    def trigger(
+        self, key: Hashable, *, restart: bool = False, overlap: Overlap | None = None
+    ) -> datetime | None:
+        """Run a key now, outside its schedule: a fire of the key at the wall clock's now (a shared
+        store's: the database's), run at once, after the fires queued to run at once (a catch-up, a
+        rerun), under the key's overlap policy, or `overlap` for this fire alone. The key's plan does not
+        move: after the run it goes on with the next run it had (`restart=True`: it plans from the
+        triggered run as from any fire). A trigger not run yet is that key's trigger: another returns
+        its time and adds none. The trigger is stored (a restart runs it; with a shared store the process
+        that holds the key runs it, and whoever takes the key over if that process dies) and runs once;
+        an upsert, replace_all, remove or pause of the key drops it.
+
+        Returns:
+            The scheduled time of the fire that runs for it (its run's ctx.scheduled_for), or None: the
+            key is unknown (a shared store: the database does not have it) or paused.
+
+        Raises:
+            TypeError: the key is not hashable; restart not a bool; overlap not an Overlap. RuntimeError:
+                the KeyedScheduler is closed, or not started. StoreError: the store failed (nothing
+                changed).
+        """
+        t = self._table
+        boolean(restart, "restart")
+        if overlap is not None:
+            member(overlap, Overlap, "overlap")
+        check_key(key)
+        if t.shared:
+            return _when(self._shared_keys.wait(self._shared_keys.trigger(key, restart, overlap)))
+        with self._lock:
+            t.check_open()
+            t.check_caller()
+            at = trigger(t, key, restart, overlap)
+        t.raise_held()
+        return _when(at)
+
+    async def atrigger(
+        self, key: Hashable, *, restart: bool = False, overlap: Overlap | None = None
+    ) -> datetime | None:
+        """trigger(), for a coroutine: a shared store's commit is awaited (see aupsert())."""
+        t = self._table
+        if not t.shared:
+            return self.trigger(key, restart=restart, overlap=overlap)
+        boolean(restart, "restart")
+        if overlap is not None:
+            member(overlap, Overlap, "overlap")
+        check_key(key)
+        t.check_caller()
+        return _when(await self._shared_keys.wait_async(self._shared_keys.trigger(key, restart, overlap)))
+
     # -- reading them ---------------------------------------------------------------------------------
 
     def get(self, key: Hashable) -> KeyInfo | None:
@@ -683,6 +734,10 @@ class KeyedScheduler:
         t = self._table
         with self._lock:
             return KeyedStats(keys=len(self._keys), **t.counts)
+
+
+def _when(at: float | None) -> datetime | None:
+    return None if at is None else datetime.fromtimestamp(at, UTC)
 
 
 def _check_scheduler_open(scheduler: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from .._engine import log_safely
 from .._stores import FinishedFire, StoredFire, StoredKey, StoreError
 from .journal import Journal
-from .keys import Key, check_key
+from .keys import Key, Overlap, check_key, trigger_of
 from .recovery import apply_all, decide_all, resume, unpause
 from .table import Change, KeyTable
 
@@ -154,6 +154,32 @@ class SharedKeys:
 
             work = self.journal.changer().submit(self.table.store.set_paused, keys, paused)  # type: ignore[attr-defined]
             return Pending(targets, seq, work, apply)
+
+    def trigger(self, key: Hashable, restart: bool, overlap: Overlap | None) -> Pending:
+        """trigger() with a shared store: committed by the changer (at the database's clock, unless a
+        trigger of the key not run yet is there: that one), then applied here if this process holds the
+        key (its holder elsewhere hears of it). Its result: the time of the fire that runs for it, or
+        None (the database does not have the key, or it is paused)."""
+        with self.table.lock:
+            self.table.check_caller()
+            self.table.check_open()
+            if not self.table.started:
+                raise RuntimeError("trigger() runs a key now: start() the KeyedScheduler first")
+            seq = self.changing([key])
+
+            def apply(found: tuple[str, bool] | None) -> float | None:
+                applies = self.applies(key, seq)
+                if found is None:
+                    return None
+                text, mine = found
+                rec = self.table.keys.get(key)
+                if applies and mine and rec is not None and not rec.paused:
+                    return self.table.trigger(rec, trigger_of(text, rec.generation))
+                return trigger_of(text, 0).at
+
+            value = None if overlap is None else overlap.value
+            work = self.journal.changer().submit(self.table.store.trigger, key, restart, value)  # type: ignore[attr-defined]
+            return Pending([key], seq, work, apply)
 
     def resume(self, recs: list[Key]) -> None:
         """Keys held here resumed (see recovery.resume): what was decided is written by the writer,
@@ -340,6 +366,22 @@ class SharedKeys:
                 self.table.pause(rec)
             if unpause:
                 self.resume(unpause)
+
+        self.post(work)
+
+    def triggered(self, triggers: dict[Hashable, str], stamp: int) -> None:
+        """Triggers not run yet of keys held here, as the database says as of `stamp` (another process
+        triggered them): applied (KeyTable.trigger: one applied already, or one a fire at or after it
+        ran for, is not applied again)."""
+        if not triggers:
+            return
+
+        def work() -> None:
+            for key, text in triggers.items():
+                rec = self.table.keys.get(key)
+                if rec is None or rec.paused or self._fresh(key, stamp):
+                    continue
+                self.table.trigger(rec, trigger_of(text, rec.generation))
 
         self.post(work)
 

@@ -26,11 +26,13 @@ from .keys import (
     Policy,
     Reschedule,
     Stored,
+    Trigger,
     from_posix,
     iso,
     options_of,
     outcome_of,
     seconds_of,
+    trigger_of,
     value_of,
 )
 
@@ -170,6 +172,7 @@ class KeyTable:
         rec.last_error = row.last_error
         rec.paused = bool(row.paused)
         rec.overlap = options_of(row.options)
+        rec.triggered = None if row.triggered is None else trigger_of(row.triggered, row.generation)
         return rec
 
     def forget(self, key: Hashable, cancel: bool | None = None) -> None:
@@ -280,11 +283,54 @@ class KeyTable:
             return
         old = rec.state
         rec.paused = True
+        self.untrigger(rec)  # (a pause drops a trigger not run yet)
         rec.voided = rec.hand  # (the jobs handed over so far do not start their fires: see Key.hand)
         rec.handed = None
         rec.resumed = False  # (a resume waiting for a take to be done: this pause is what counts now)
         self.disarm(rec)
         self.call(self.on_state_change, rec.key, old, KeyState.PAUSED)
+
+    def trigger(self, rec: Key, trigger: Trigger, write: Callable[[Trigger], object] | None = None) -> float:
+        """Apply a trigger of the key (under the lock; a durable store has it already): its fire, at
+        `trigger.at`, joins the key's queue of fires to run at once (after those there: a catch-up, a
+        rerun, a fire waiting for a run's end), and the key is armed at the queue's head. The plan the
+        key goes back to after it is read now (`kept`), unless the trigger restarts it, or the key has
+        none of its own now (a queue, or a run going under AFTER_FINISH: the plan comes after them).
+        Returns the time of the fire that runs for it: a trigger of the key not run yet is that one
+        (none is added), and a fire at or after `at` that started already ran for it. `write` (a
+        durable store's) is given the trigger before anything changes: if it raises, nothing did."""
+        pending = rec.triggered
+        queue = rec.catch_up or []
+        if pending is not None and pending.generation == rec.generation and (pending.at, False) in queue:
+            return pending.at
+        started = rec.last_scheduled_for
+        if started is not None and started >= trigger.at:
+            rec.triggered = None
+            return started
+        own = not (trigger.restart or queue or (rec.state is KeyState.RUNNING and rec.next_run_at is None))
+        before = (rec.state, rec.next_run_at)
+        applied = Trigger(rec.generation, trigger.at, trigger.restart, trigger.overlap, before, own)
+        if write is not None:
+            write(applied)
+        rec.triggered = applied
+        rec.catch_up = [*queue, (trigger.at, False)]
+        if not queue:  # (else armed at its queue's head already, or waiting for a run's end)
+            state = KeyState.RUNNING if rec.state is KeyState.RUNNING else KeyState.PENDING
+            self.apply(rec, state, trigger.at, rec.last_error)
+        return trigger.at
+
+    def untrigger(self, rec: Key) -> None:
+        """Drop the key's trigger not run yet (a pause): off its queue, and the key's plan the one it had
+        (not armed: the caller arms it, or not)."""
+        pending, rec.triggered = rec.triggered, None
+        if pending is None or not rec.catch_up or (pending.at, False) not in rec.catch_up:
+            return
+        rec.catch_up.remove((pending.at, False))
+        rec.catch_up = rec.catch_up or None
+        if rec.catch_up is None and pending.before is not None:
+            state, rec.next_run_at = pending.before
+            if rec.state is not KeyState.RUNNING:
+                rec.state = state
 
     def disarm(self, rec: Key) -> None:
         if rec.id is not None and self.engine is not None:

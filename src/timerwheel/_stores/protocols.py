@@ -31,6 +31,13 @@ class KeyStore(Protocol):
     every key; returns the keys it has, or, None, those it changed; the holders are told through
     SharedHolder.paused) and leaves it in every other write; its take of a fire of a paused key answers
     TAKE_PAUSED (-3), and writes nothing.
+
+    Triggers: a local store keeps a row's `triggered` as every write gives it. A shared store offers
+    `trigger(key, restart, overlap)` (overlap: an Overlap's value or None), which stores a trigger at
+    its own clock unless one is there, and returns it as stored (StoredKey.triggered) with whether the
+    caller holds the key, or None (the key is not there, or paused; the holder is told through
+    SharedHolder.triggered); put() and replace() clear it, set_paused() clears it when it pauses, its
+    take of a fire at or after the trigger's time clears it, and every other write leaves it.
     """
 
     durable: bool
@@ -127,6 +134,11 @@ class SharedHolder(Protocol):
     def paused(self, flags: dict[Hashable, bool], stamp: int) -> None:
         """Whether keys held here are paused (key: flag), as the database says as of `stamp` (another
         process paused or resumed them; told as it is heard, and with every full read of the keys held)."""
+        ...
+
+    def triggered(self, triggers: dict[Hashable, str], stamp: int) -> None:
+        """Triggers not run yet of keys held here (key: StoredKey.triggered), as the database says as of
+        `stamp` (another process triggered them; told as it is heard, and with every full read)."""
         ...
 
     def flush(self) -> None:

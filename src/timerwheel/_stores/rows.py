@@ -35,6 +35,11 @@ class StoredKey(NamedTuple):
     # The key's own options (upsert's overlap=), as JSON text of an object, or None: the KeyedScheduler's
     # apply. Written by a user's change (put, replace); the other writes carry what the key has.
     options: str | None = None
+    # A trigger of the key not run yet (KeyedScheduler.trigger), as JSON text {"at": microseconds,
+    # "restart": bool, "overlap": an Overlap's value or null}, or None. A user's change (put, replace)
+    # clears it; the take of a fire of the key at or after `at` clears it (a shared store's take does,
+    # in the database); a local store keeps what every write gives.
+    triggered: str | None = None
 
 
 #: What a shared store's take answers for a fire of a paused key (KeyStore.start_fire): not taken, and
@@ -119,30 +124,65 @@ def _check_time(what: str, value: Any) -> None:
         _check_int(what, value, _MIN_US, _MAX_US)
 
 
+def _json_object(what: str, text: Any) -> dict[str, Any] | None:
+    """A column of JSON text that holds an object, or NULL (None), as the keyed layer writes it: the
+    object, or ValueError naming the column (`what`)."""
+    if text is None:
+        return None
+    is_ = "are" if what.endswith("s") else "is"
+    if type(text) is not str:
+        raise ValueError(f"its {what} {is_} {type(text).__name__}, not JSON text or NULL")
+    try:
+        value = _JSON.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"its {what} {is_} not JSON ({exc})") from None
+    if type(value) is not dict:
+        raise ValueError(f"its {what} {is_} {text!r}, not a JSON object")
+    return value
+
+
+def _check_overlap(what: str, overlap: Any) -> None:
+    if overlap is not None and (type(overlap) is not str or overlap not in _OVERLAPS):
+        raise ValueError(f"its {what} is {overlap!r}, not one of {', '.join(sorted(_OVERLAPS))}")
+
+
 def _check_options(o: Any) -> None:
     """A key's options as the keyed layer writes them: NULL, or a JSON object of known members."""
-    if o is None:
+    options = _json_object("options", o)
+    if options is None:
         return
-    if type(o) is not str:
-        raise ValueError(f"its options are {type(o).__name__}, not JSON text or NULL")
-    try:
-        options = _JSON.decode(o)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"its options are not JSON ({exc})") from None
-    if type(options) is not dict:
-        raise ValueError(f"its options are {o!r}, not a JSON object")
     unknown = sorted(set(options) - {"overlap"})
     if unknown:
         raise ValueError(
             f"its options have {', '.join(map(repr, unknown))}, which this timerwheel does not know"
         )
-    overlap = options.get("overlap")
-    if overlap is not None and (type(overlap) is not str or overlap not in _OVERLAPS):
-        raise ValueError(f"its overlap is {overlap!r}, not one of {', '.join(sorted(_OVERLAPS))}")
+    _check_overlap("overlap", options.get("overlap"))
+
+
+def check_triggered(t: Any) -> None:
+    """A key's pending trigger as the keyed layer writes it: NULL, or {"at", "restart", "overlap"}."""
+    trigger = _json_object("triggered", t)
+    if trigger is None:
+        return
+    if set(trigger) != {"at", "restart", "overlap"}:
+        raise ValueError(f"its triggered is {t!r}, not an object of at, restart and overlap")
+    _check_int("triggered at", trigger["at"], _MIN_US, _MAX_US)
+    if type(trigger["restart"]) is not bool:
+        raise ValueError(f"its triggered restart is {trigger['restart']!r}, not a boolean")
+    _check_overlap("triggered overlap", trigger["overlap"])
 
 
 def key_row(
-    k: Any, d: Any, g: Any, s: Any, n: Any, last: Any, e: Any, p: Any = False, o: Any = None
+    k: Any,
+    d: Any,
+    g: Any,
+    s: Any,
+    n: Any,
+    last: Any,
+    e: Any,
+    p: Any = False,
+    o: Any = None,
+    t: Any = None,
 ) -> StoredKey:
     """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
     key = stored_key(k)
@@ -168,7 +208,8 @@ def key_row(
     if p not in (0, 1) or type(p) not in (bool, int):  # (SQLite keeps a boolean as 0 or 1)
         raise ValueError(f"its paused is {p!r}, not a boolean")
     _check_options(o)
-    return StoredKey(key, d, g, s, n, last, e, bool(p), o)
+    check_triggered(t)
+    return StoredKey(key, d, g, s, n, last, e, bool(p), o, t)
 
 
 def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:

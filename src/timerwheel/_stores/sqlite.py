@@ -19,12 +19,15 @@ from .rows import FinishedFire, StoredFire, StoredKey, StoreError, encode_key, f
 if sys.platform != "win32":
     import fcntl
 
-# (2: a key may be paused: timerwheel_keys.paused; 3: a key's own options: timerwheel_keys.options. A
-# file of an older version is migrated as it is opened)
+# (2: a key may be paused: timerwheel_keys.paused; 3: a key's own options and its trigger not run yet:
+# timerwheel_keys.options and .triggered. A file of an older version is migrated as it is opened)
 SCHEMA_VERSION = 3
 _MIGRATIONS = {
     1: ["ALTER TABLE timerwheel_keys ADD COLUMN paused INTEGER NOT NULL DEFAULT 0"],
-    2: ["ALTER TABLE timerwheel_keys ADD COLUMN options TEXT"],
+    2: [
+        "ALTER TABLE timerwheel_keys ADD COLUMN options TEXT",
+        "ALTER TABLE timerwheel_keys ADD COLUMN triggered TEXT",
+    ],
 }
 
 
@@ -151,7 +154,8 @@ CREATE TABLE IF NOT EXISTS timerwheel_keys (
     last_scheduled_for INTEGER,
     last_error TEXT,
     paused INTEGER NOT NULL DEFAULT 0,
-    options TEXT
+    options TEXT,
+    triggered TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS timerwheel_fires (
     key TEXT NOT NULL,
@@ -168,7 +172,7 @@ CREATE INDEX IF NOT EXISTS timerwheel_unfinished ON timerwheel_fires (key) WHERE
 
 _PUT = (
     "INSERT OR REPLACE INTO timerwheel_keys (key, data, generation, state, next_run_at, last_scheduled_for, "
-    "last_error, paused, options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "last_error, paused, options, triggered) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -482,7 +486,7 @@ class SQLiteStore:
             try:
                 cursor = self._conn().execute(
                     "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error, "
-                    "paused, options FROM timerwheel_keys"
+                    "paused, options, triggered FROM timerwheel_keys"
                 )
             except sqlite3.Error as exc:
                 raise _sqlite_error(self.name, exc) from None

@@ -38,6 +38,9 @@ class SimRun:
     ended_wall: float | None = None  # the process's wall clock as it ended (its key's clock)
 
 
+_SAME_DATA = ("pause", "resume", "trigger")  # (changes that keep a key's data and generation)
+
+
 class Oracle:
     """What a SimulatedCluster saw, and the checks of it. Its lists are the cluster's public ones (runs,
     missed, changes, trace, violations)."""
@@ -108,7 +111,7 @@ class Oracle:
                 p.name, key, fence.generation, fence.scheduled_for, fence.attempt, self.cluster.now, wall
             )
             self.started(p, run)
-            if self._points:
+            if self._points and run.scheduled_for not in self._triggers(key):
                 self._on_a_point(run, data)
             try:
                 result = user(ctx, key, data) if context else user(key, data)
@@ -168,7 +171,8 @@ class Oracle:
                     f"ended {earlier.ended})",
                 )
                 break
-        if self._serial:
+        allowed = self._triggers(run.key).get(run.scheduled_for) in (Overlap.ALLOW, Overlap.REPLACE)
+        if self._serial and not allowed:  # (a trigger may run beside a run if it says so)
             for other in self.runs:
                 if other.key != run.key or other.ended is not None:
                     continue
@@ -192,6 +196,57 @@ class Oracle:
             f"key {run.key!r}: its fire (g{run.generation}, {run.scheduled_for}) was reported missed and ran "
             f"(on {run.process})",
         )
+
+    def _triggers(self, key: Hashable) -> dict[int, Overlap | None]:
+        """The times (microseconds) of the key's triggers, its fires that are no point of its schedule,
+        with the overlap each was given."""
+        times = {
+            round(c["at"] * 1e6): c["data"][1]
+            for c in self.changes
+            if c["what"] == "trigger" and c["key"] == key and c.get("at") is not None
+        }
+        if self.cluster.db is not None:  # (committed: known before the trigger returned)
+            for _, what, k, overlap, first in self.cluster.db.commits:
+                if what == "trigger" and k == key:
+                    times[first] = None if overlap is None else Overlap(overlap)
+        return times
+
+    def _check_triggers(self, runs: dict[Hashable, list[SimRun]], until: float) -> None:
+        """A trigger that returned ran: a run of its key at its time, or of a later fire that started as
+        it came (a fire at or after a trigger runs for it: taken before its holder heard of it), unless
+        the key was changed, paused or removed since it was asked (which drops it), or it may have been
+        skipped (Overlap.SKIP: a run of its key went), or the store keeps nothing (a memory store, its
+        process killed since)."""
+        skips = self._keyed.get("overlap") is Overlap.SKIP
+        for change in self.changes:
+            if change["what"] != "trigger" or change.get("at") is None or change["asked"] > until:
+                continue
+            key, asked, at = change["key"], change["asked"], round(change["at"] * 1e6)
+            self.checks += 1
+            if any(
+                r.scheduled_for == at or (r.scheduled_for > at and r.started <= asked + self.cluster.bound())
+                for r in runs.get(key, ())
+            ):
+                continue  # (ran; or a later fire ran for it, as it came: taken before its holder heard)
+            if skips or change["data"][1] is Overlap.SKIP:
+                continue
+            if any(
+                c["asked"] >= asked
+                and c["what"] != "trigger"
+                and (c["key"] in (key, None) or c["what"] == "replace")
+                for c in self.changes
+            ):
+                continue  # (dropped by the change)
+            if self.cluster.kind == "memory" and any(
+                p.died is not None and p.died >= asked for p in self.cluster.processes
+            ):
+                continue
+            self.violate(
+                "trigger-runs",
+                f"key {key!r}: its trigger of {at / 1e6:.6f} (asked at t={asked:.3f}) returned, and no run "
+                "of it, or of a later fire, started",
+            )
+            return
 
     def _on_a_point(self, run: SimRun, data: Any) -> None:
         self.checks += 1
@@ -239,7 +294,7 @@ class Oracle:
         self.checks += 1
         self.note(f"{p.name} returned {change['what']} {change['key']!r}")
         change["seq"] = len(self.trace)  # (what came after it: see paused_at)
-        if change["what"] in ("pause", "resume"):
+        if change["what"] in _SAME_DATA:
             return  # (the data is as it was: see _histories for what a pause makes due)
         if self.cluster.db is None:  # (the first fire each key's new generation planned: see _histories)
             keys = change["data"] if change["what"] == "replace" else [change["key"]]
@@ -287,7 +342,7 @@ class Oracle:
         expected: dict[Hashable, Any] = {}  # key: what the last change that returned made it
         maybe: dict[Hashable, list[Any]] = {}  # key: what a change since may have made it
         for change in self.changes:
-            if change["what"] in ("pause", "resume"):
+            if change["what"] in _SAME_DATA:
                 continue  # (the data is as it was)
             if change["what"] == "replace":
                 values = {k: _MISSING for k in [*expected, *maybe]}
@@ -338,6 +393,7 @@ class Oracle:
         if self._keyed.get("recover", Recover.RERUN) is Recover.RERUN:
             self._check_reruns()
         until = self.cluster.now - self.cluster.bound() - 1.0  # (points due since may still be on their way)
+        self._check_triggers(runs, until)
         for key, spans in self._histories().items():
             ran = {r.scheduled_for for r in runs.get(key, ())}
             for start, end, data, first in spans:
@@ -363,7 +419,7 @@ class Oracle:
             for c in self.changes
             if self._wall_at(c["asked"]) > point
             and (c["key"] == key or c["what"] == "replace")
-            and c["what"] not in ("pause", "resume")
+            and c["what"] not in _SAME_DATA
         ]
         if not asks:
             return False
@@ -475,6 +531,8 @@ class Oracle:
         keys: set[Hashable] = set()
         for change in self.changes:
             what = change["what"]
+            if what == "trigger":
+                continue  # (a trigger's fire is no point of the schedule: see _triggers)
             if what in ("pause", "resume"):
                 touched = dict.fromkeys(keys if change["key"] is None else [change["key"]], what)
             elif what == "replace":
@@ -498,6 +556,8 @@ class Oracle:
                     timeline.setdefault(k, []).append((change["asked"], "data", settled, planned))
         if self.cluster.db is not None:  # (the database's commits are what the keys are)
             for at, what, k, data, first in self.cluster.db.commits:
+                if what == "trigger":
+                    continue
                 value = _loads(data) if what == "upsert" else _MISSING
                 planned = None if first is None else first / 1e6
                 kind = what if what in ("pause", "resume") else "data"
@@ -614,6 +674,10 @@ class Oracle:
                 return True
         if self._superseded(key, point, runs) or self._behind(key, point) or self._held(key, point):
             return True
+        triggers = self._triggers(key)
+        for r in runs.get(key, ()):  # (a trigger waiting to run holds the key's fires, as a queue does)
+            if r.scheduled_for in triggers and r.scheduled_for / 1e6 - 1e-6 <= point <= r.wall:
+                return True
         after_finish = self._reschedule is Reschedule.AFTER_FINISH
         if not after_finish and not self._passes_over:
             return False

@@ -76,6 +76,7 @@ class SimDatabase:
             "owner": owner,
             "paused": paused,
             "options": row.options,
+            "triggered": None,  # (a user's change drops a trigger not run yet)
         }
         self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
         return generation
@@ -104,11 +105,31 @@ class SimDatabase:
             found = [k for k in dict.fromkeys(keys) if k in self.keys]
         for k in found:
             self.keys[k]["paused"] = paused
+            if paused:  # (a pause drops a trigger not run yet)
+                self.keys[k]["triggered"] = None
             self.commits.append((self.now(), "pause" if paused else "resume", k, None, None))
         if found:
             many = keys is None or len(found) > 100
             self.notify(owner, {"p": True, "all": True} if many else {"p": True, "k": found})
         return found
+
+    def trigger(
+        self, key: Hashable, restart: bool, overlap: str | None, owner: str
+    ) -> tuple[str, bool] | None:
+        row = self.keys.get(key)
+        if row is None or row["paused"]:
+            return None
+        if row["triggered"] is None:
+            at = round(self.now() * 1_000_000)
+            row["triggered"] = json.dumps({"at": at, "restart": restart, "overlap": overlap})
+            self.commits.append((self.now(), "trigger", key, overlap, at))  # (data: its overlap)
+        self.notify(owner, {"t": True, "k": [key]})
+        return row["triggered"], row["owner"] == owner
+
+    def triggered_held_by(self, owner: str, keys: Iterable[Hashable] | None = None) -> dict[Hashable, str]:
+        """The triggers not run yet of the keys `owner` holds (of `keys`, if given)."""
+        rows = self.keys.items() if keys is None else [(k, self.keys[k]) for k in keys if k in self.keys]
+        return {k: r["triggered"] for k, r in rows if r["owner"] == owner and r["triggered"] is not None}
 
     def delete(self, key: Hashable, owner: str) -> bool:
         for fire in [f for f in self.fires if f[0] == key]:
@@ -160,6 +181,8 @@ class SimDatabase:
             scheduled_for = latest  # (a rerun of an older fire: the latest started one stays)
         key.update(state=row.state, next_run_at=row.next_run_at, last_scheduled_for=scheduled_for)
         key.update(last_error=row.last_error)
+        if key["triggered"] is not None and json.loads(key["triggered"])["at"] <= scheduled_for:
+            key["triggered"] = None  # (a fire at or after the trigger ran for it)
         return int(fire["attempts"])
 
     def finish(
@@ -224,6 +247,7 @@ class SimDatabase:
                     r["last_error"],
                     r["paused"],
                     r["options"],
+                    r["triggered"],
                 )
             )
         taken = {row.key for row in rows}
@@ -393,6 +417,13 @@ class SimStore:
         if after is not None:
             after()
 
+    def trigger(self, key: Hashable, restart: bool, overlap: str | None) -> tuple[str, bool] | None:
+        after = self._call(f"trigger key {key!r}")
+        found = self.db.trigger(key, restart, overlap, self.owner_id)
+        if after is not None:
+            after()
+        return found
+
     def set_paused(self, keys: list[Hashable] | None, paused: bool) -> list[Hashable]:
         after = self._call(f"{'pause' if paused else 'resume'} keys")
         found = self.db.set_paused(keys, paused, self.owner_id)
@@ -552,7 +583,11 @@ class SimStore:
                 self._rounds += 1
                 full = self._statement(
                     "read the keys it holds",
-                    lambda: (self.db.held_by(self.owner_id), self.db.paused_held_by(self.owner_id)),
+                    lambda: (
+                        self.db.held_by(self.owner_id),
+                        self.db.paused_held_by(self.owner_id),
+                        self.db.triggered_held_by(self.owner_id),
+                    ),
                     failed,
                 )
                 full(lambda held: counted(stamp, shedding, live, total, len(held[0]), *held))
@@ -568,11 +603,13 @@ class SimStore:
             count: int,
             held: dict[Hashable, int] | None,
             paused: dict[Hashable, bool] | None = None,
+            triggered: dict[Hashable, str] | None = None,
         ) -> None:
             self._valid_until = started + self.lease
             if held is not None:
                 holder.reconcile(dict(held), stamp)
                 holder.paused(paused or {}, stamp)
+                holder.triggered(triggered or {}, stamp)
             share = -(-total // live)
             if count > share:
                 if not shedding:
@@ -655,6 +692,10 @@ class SimStore:
             if not note.get("p"):
                 holder.reconcile(self.db.held_by(self.owner_id), stamp)
             holder.paused(self.db.paused_held_by(self.owner_id), stamp)
+            holder.triggered(self.db.triggered_held_by(self.owner_id), stamp)
+            return
+        if note.get("t"):
+            holder.triggered(self.db.triggered_held_by(self.owner_id, note.get("k", ())), stamp)
             return
         if note.get("p"):
             holder.paused(self.db.paused_held_by(self.owner_id, note.get("k", ())), stamp)

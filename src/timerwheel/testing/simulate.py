@@ -411,6 +411,16 @@ class SimulatedCluster:
         """resume(key) on a process (key None: resume_all())."""
         self._change(process, "resume", key, None)
 
+    def trigger_key(
+        self,
+        key: Hashable,
+        process: int | str | Process = 0,
+        restart: bool = False,
+        overlap: Overlap | None = None,
+    ) -> None:
+        """trigger(key) on a process; the change records the time of the fire that runs for it (`at`)."""
+        self._change(process, "trigger", key, (restart, overlap))
+
     def _change(self, which: int | str | Process, what: str, key: Hashable, data: Any) -> None:
         p = self.process(which)
         change = {"what": what, "key": key, "data": data, "process": p.name, "asked": self.now}
@@ -432,6 +442,9 @@ class SimulatedCluster:
                     change["existed"] = await (keyed.apause_all() if key is None else keyed.apause(key))
                 elif what == "resume":
                     change["existed"] = await (keyed.aresume_all() if key is None else keyed.aresume(key))
+                elif what == "trigger":
+                    at = await keyed.atrigger(key, restart=data[0], overlap=data[1])
+                    change["at"] = None if at is None else at.timestamp()
                 else:
                     await keyed.areplace_all(data)
             except Exception as exc:
@@ -836,6 +849,21 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
             if holds.random() < 0.85:
                 later = at + holds.uniform(0.05, 3 * lease) * pace
                 events.append((later, "resume-key", (holds.randrange(processes), key)))
+    # Keys triggered (drawn apart, as the pauses): now and then, with or without restart, under the key's
+    # overlap or one given
+    runs_now = random.Random(f"triggers {seed}")
+    if runs_now.random() < 0.6:
+        for _ in range(runs_now.randint(1, 6)):
+            at = runs_now.uniform(0.0, duration)
+            overlap = runs_now.choice([None, None, *Overlap])
+            restart = runs_now.random() < 0.3
+            events.append(
+                (
+                    at,
+                    "trigger-key",
+                    (runs_now.randrange(processes), runs_now.randrange(keys + 1), restart, overlap),
+                )
+            )
     events.sort(key=lambda e: e[0])
     return Plan(seed, store, processes, lease, keyed, events, duration, wall)
 
@@ -894,6 +922,8 @@ def _do(cluster: SimulatedCluster, what: str, args: tuple[Any, ...]) -> None:
         cluster.pause_key(args[1], p)
     elif what == "resume-key":
         cluster.resume_key(args[1], p)
+    elif what == "trigger-key":
+        cluster.trigger_key(args[1], p, args[2], args[3])
     elif what == "kill":
         cluster.kill(p)
     elif what == "pause":

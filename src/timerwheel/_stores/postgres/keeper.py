@@ -16,7 +16,7 @@ from typing import Any
 from ..protocols import SharedHolder
 from ..rows import StoredFire, StoreError, decode_key, encode_key, fire_row, key_row
 from .database import Database
-from .schema import CHANNEL, CLAIM_ID, COLUMNS, held_row
+from .schema import CHANNEL, CLAIM_ID, COLUMNS, HELD, held_row
 
 logger = logging.getLogger("timerwheel")
 
@@ -168,14 +168,15 @@ class Keeper:
         self._rounds += 1
         if full:
             held = conn.execute(
-                "SELECT key, generation, paused FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                f"SELECT {HELD} FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
             ).fetchall()
             count = len(held)
         self._valid_until = started + self.lease
         if full:
             read = self.readable(held, held_row, "timerwheel_keys")[0]
-            holder.reconcile({k: g for k, g, _ in read}, stamp)
-            holder.paused({k: p for k, _, p in read}, stamp)  # (a pause or a resume not heard of)
+            holder.reconcile({k: g for k, g, _, _ in read}, stamp)
+            holder.paused({k: p for k, _, p, _ in read}, stamp)  # (a pause or a resume not heard of)
+            holder.triggered({k: t for k, _, _, t in read if t is not None}, stamp)  # (one not heard of)
             self._passed_over.clear()
         share = -(-total // live)
         if count > share:
@@ -299,14 +300,28 @@ class Keeper:
                 return
         stamp = holder.stamp()
         if payload is None or note.get("all"):
-            rows = conn.execute(
-                "SELECT key, generation, paused FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
-            ).fetchall()
+            rows = self.readable(
+                conn.execute(
+                    f"SELECT {HELD} FROM timerwheel_keys WHERE owner = %s", (self.owner_id,)
+                ).fetchall(),
+                held_row,
+                "timerwheel_keys",
+            )[0]
             if payload is None or not note.get("p"):
-                holder.reconcile({decode_key(k): g for k, g, _ in rows}, stamp)
-            holder.paused({decode_key(k): p for k, _, p in rows}, stamp)
+                holder.reconcile({k: g for k, g, _, _ in rows}, stamp)
+            holder.paused({k: p for k, _, p, _ in rows}, stamp)
+            holder.triggered({k: t for k, _, _, t in rows if t is not None}, stamp)
             return
         keys = [k for k in note.get("k", ()) if isinstance(k, str)]
+        if note.get("t"):  # (triggered: what the database says of those held here)
+            rows = conn.execute(
+                f"SELECT {HELD} FROM timerwheel_keys WHERE key = ANY(%s) AND owner = %s "
+                "AND triggered IS NOT NULL",
+                (keys, self.owner_id),
+            ).fetchall()
+            read = self.readable(rows, held_row, "timerwheel_keys")[0]
+            holder.triggered({k: t for k, _, _, t in read}, stamp)
+            return
         if note.get("p"):  # (paused or resumed: what the database says of those held here)
             rows = conn.execute(
                 "SELECT key, paused FROM timerwheel_keys WHERE key = ANY(%s) AND owner = %s",

@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from ..rows import FinishedFire, StoredKey, StoreError, encode_key, stored_key
+from ..rows import FinishedFire, StoredKey, StoreError, check_triggered, encode_key, stored_key
 
 # (3: timerwheel_start_fire refuses a new fire before a later one of its generation; 4: a rerun taken
 # again after a lost answer keeps its attempt, and a rerun of an older fire keeps the latest started one;
 # 5: one lease per process, in timerwheel_leases (timerwheel_owners is gone), instead of one per key;
 # fires are taken in batches by timerwheel_take_fires, which renews the taker's lease; 6: a key may be
-# paused, and a take of its fires is refused; 7: a key's own options, set by a user's change)
+# paused, and a take of its fires is refused; 7: a key's own options, set by a user's change, and its
+# trigger not run yet, set by any process, cleared by the take of a fire at or after it)
 SCHEMA_VERSION = 7
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
@@ -41,6 +42,8 @@ SCHEMA = [
     """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS paused boolean NOT NULL DEFAULT false""",
     # (version 7) A key's own options (JSON text; NULL: the KeyedScheduler's), set by put and replace
     """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS options text""",
+    # (version 7) A trigger of the key not run yet (JSON text {"at", "restart", "overlap"}; NULL: none)
+    """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS triggered text""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
         key text NOT NULL,
         generation bigint NOT NULL,
@@ -84,7 +87,8 @@ SCHEMA = [
     # log is a stale one (a process that held the key before, and holds it again, asking for a fire its
     # plan had before it lost the key): the later one started, so this one ran, or was decided about. The
     # key's latest started fire does not go back for a rerun of an older one. A fire of a paused key is
-    # not taken: -3 (the taker pauses the key too).
+    # not taken: -3 (the taker pauses the key too). A fire at or after the key's trigger ran for it: the
+    # trigger is cleared.
     """CREATE OR REPLACE FUNCTION timerwheel_take_locked(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_state text, p_next_run_at bigint, p_last_error text)
@@ -117,7 +121,9 @@ SCHEMA = [
         UPDATE timerwheel_keys SET state = p_state, next_run_at = p_next_run_at,
             last_scheduled_for = CASE WHEN p_rerun THEN GREATEST(last_scheduled_for, p_scheduled_for)
                 ELSE p_scheduled_for END,
-            last_error = p_last_error
+            last_error = p_last_error,
+            triggered = CASE WHEN (triggered::jsonb ->> 'at')::bigint <= p_scheduled_for THEN NULL
+                ELSE triggered END
             WHERE key = p_key;
         RETURN v_attempts;
     END $$""",
@@ -226,12 +232,19 @@ SCHEMA = [
 ]
 
 
-def held_row(key: Any, generation: int, paused: bool) -> tuple[Hashable, int, bool]:
-    """A key held, its generation and whether it is paused, its key checked as key_row checks it."""
-    return stored_key(key), generation, bool(paused)
+def held_row(
+    key: Any, generation: int, paused: bool, triggered: Any
+) -> tuple[Hashable, int, bool, str | None]:
+    """A key held, its generation, whether it is paused and its trigger not run yet, checked as key_row
+    checks them."""
+    check_triggered(triggered)
+    return stored_key(key), generation, bool(paused), triggered
 
 
-COLUMNS = "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused, options"
+HELD = "key, generation, paused, triggered"  # (the columns of held_row)
+COLUMNS = (
+    "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused, options, triggered"
+)
 ROW_WAIT = 0.1  # seconds a batch of takes waits, at most, for keys' rows others hold (timerwheel_take_fires)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is
 # kept (timerwheel_meta 'generation_floor'), and a key stored anew starts above it.

@@ -149,7 +149,8 @@ class PostgresStore:
                     "data = EXCLUDED.data, generation = GREATEST(EXCLUDED.generation, t.generation + 1), "
                     "state = EXCLUDED.state, next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, options = EXCLUDED.options, owner = EXCLUDED.owner "
+                    "EXCLUDED.last_error, options = EXCLUDED.options, triggered = NULL, "
+                    "owner = EXCLUDED.owner "
                     "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
                     (k, *row[1:7], row.options, self.owner_id, CHANNEL, payload),
                 ).fetchone()[0]
@@ -197,8 +198,8 @@ class PostgresStore:
                     "generation = GREATEST(EXCLUDED.generation, t.generation + 1), state = EXCLUDED.state, "
                     "next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
-                    "EXCLUDED.last_error, options = EXCLUDED.options, owner = EXCLUDED.owner "
-                    "RETURNING key, generation",
+                    "EXCLUDED.last_error, options = EXCLUDED.options, triggered = NULL, "
+                    "owner = EXCLUDED.owner RETURNING key, generation",
                     (self.owner_id, keys, *[list(c) for c in columns]),
                 ).fetchall()
                 if deleted is not None:
@@ -398,16 +399,18 @@ class PostgresStore:
 
         def work(conn: Any) -> list[str]:
             with conn.transaction():
+                # (a pause drops a trigger not run yet)
+                flag = "paused = %s, triggered = CASE WHEN paused OR %s THEN NULL ELSE triggered END"
                 if texts is None:  # (rows locked in key order, as every statement that locks many)
                     found = conn.execute(
-                        "UPDATE timerwheel_keys SET paused = %s WHERE key IN (SELECT key FROM "
+                        f"UPDATE timerwheel_keys SET {flag} WHERE key IN (SELECT key FROM "
                         "timerwheel_keys WHERE paused <> %s ORDER BY key FOR UPDATE) RETURNING key",
-                        (paused, paused),
+                        (paused, paused, paused),
                     ).fetchall()
                 else:
                     found = conn.execute(
-                        f"UPDATE timerwheel_keys SET paused = %s WHERE key IN ({IN_ORDER}) RETURNING key",
-                        (paused, texts),
+                        f"UPDATE timerwheel_keys SET {flag} WHERE key IN ({IN_ORDER}) RETURNING key",
+                        (paused, paused, texts),
                     ).fetchall()
                 if found:
                     note: dict[str, Any] = {"o": self.owner_id, "p": True}
@@ -422,6 +425,26 @@ class PostgresStore:
             "every key" if keys is None else f"{len(keys)} key(s)"
         )
         return [decode_key(k) for k in self._db.do(work, what, self._db.changes)]
+
+    def trigger(self, key: Hashable, restart: bool, overlap: str | None) -> tuple[str, bool] | None:
+        """A trigger of `key` (KeyedScheduler.trigger) committed, at the database's clock, unless one not
+        run yet is there (it is that one); the key's holder is notified (its keeper reads it at its full
+        reads too, and a process that claims the key finds it). Returns the trigger as stored and whether
+        this process holds the key, or None: the key is not stored, or paused."""
+        k = key_text(key)
+        payload = json.dumps({"o": self.owner_id, "t": True, "k": [k]})
+
+        def work(conn: Any) -> tuple[str, bool] | None:
+            row = conn.execute(
+                "WITH t AS (UPDATE timerwheel_keys SET triggered = COALESCE(triggered, json_build_object("
+                "'at', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'restart', %s::boolean, "
+                "'overlap', %s::text)::text) WHERE key = %s AND NOT paused RETURNING triggered, owner) "
+                "SELECT triggered, owner, pg_notify(%s, %s) FROM t",
+                (restart, overlap, k, CHANNEL, payload),
+            ).fetchone()
+            return None if row is None else (row[0], row[1] == self.owner_id)
+
+        return self._db.do(work, f"trigger key {key!r}", self._db.changes)  # type: ignore[no-any-return]
 
     def release(self, keys: Mapping[Hashable, int]) -> None:
         """Give keys back (held by this process no more), each at the generation given (a key that a
