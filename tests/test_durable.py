@@ -954,8 +954,8 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param("keys", (*GOOD[:8], b"{}", None), "bad.* its options are bytes", id="opt-blob"),
         pytest.param(
             "keys",
-            (*GOOD[:8], '{"jitter":1}', None),
-            "bad.* its options have 'jitter', which this",
+            (*GOOD[:8], '{"retry":1}', None),
+            "bad.* its options have 'retry', which this",
             id="opt-unknown",
         ),
         pytest.param(
@@ -966,6 +966,12 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         ),
         pytest.param(
             "keys", (*GOOD[:8], '{"overlap":[]}', None), r"bad.* its overlap is \[\]", id="overlap-list"
+        ),
+        pytest.param(
+            "keys", (*GOOD[:8], '{"jitter":-1}', None), "bad.* its jitter is -1, not a", id="jitter"
+        ),
+        pytest.param(
+            "keys", (*GOOD[:8], '{"spread":"1"}', None), "bad.* its spread is '1', not a", id="spread"
         ),
         pytest.param("keys", (*GOOD[:9], "{"), "bad.* its triggered is not JSON", id="triggered"),
         pytest.param(

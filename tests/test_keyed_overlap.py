@@ -332,3 +332,28 @@ def _until(condition: Any, deadline: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < stop, "the condition never held"
         time.sleep(0.001)
+
+
+def test_a_fire_skipped_as_it_came_is_not_started_when_the_clock_failed_then() -> None:
+    """SKIP: the wall clock failed as the fire of 20 came during the run (and again as it was to start):
+    the decision said "not overlapping", and the fire started beside the run."""
+    life = Life(overlap=Overlap.SKIP)
+    table = life.keyed._table
+    real = table.wall_now
+    fails = [0]
+
+    def wall_now() -> float:
+        if fails[0] and sys._getframe(1).f_code.co_name == "_overlapping":
+            fails[0] -= 1
+            raise OSError("the wall clock is not there")
+        return real()
+
+    table.wall_now = wall_now  # type: ignore[method-assign]
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(12)  # the run of 10 goes on
+    fails[0] = 2
+    life.advance(10)
+    assert life.running() == [("k", 10.0)]
+    assert life.keyed.stats().skipped == 1 and life.keyed.stats().clock_errors == 2
+    life.close()

@@ -7,13 +7,14 @@ Time comes from a ManualClock (runs inline) or a VirtualTimeLoop (runs that go o
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from timerwheel import JobContext, KeyState, Overlap, Reschedule, SQLiteStore, StoreError
+from timerwheel import CatchUp, JobContext, KeyState, Overlap, Reschedule, SQLiteStore, StoreError
 from timerwheel.testing import ManualClock
 
 from . import test_keyed_pause as pause
@@ -235,4 +236,112 @@ def test_a_trigger_waits_for_the_run_under_queue_one_and_the_plan_goes_on() -> N
     life.finish("k", 12.0)
     life.advance(10)
     assert [at for _, at, _ in life.started] == [10.0, 12.0, 20.0]
+    life.close()
+
+
+# -- a trigger among the key's other fires -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reschedule", [Reschedule.BEFORE_RUN, Reschedule.AFTER_FINISH])
+def test_a_trigger_while_the_keys_fire_is_handed_over_is_that_fire(
+    store: Any, clock: ManualClock, reschedule: Reschedule
+) -> None:
+    """A trigger that came as the key's due fire waited to start (handed over: a run of another key
+    went first) kept that fire as the plan to go back to: it ran again after the trigger."""
+    keyed: list[Any] = []
+
+    def run(ctx: JobContext, key: Any, data: Any) -> None:
+        life.ran.append((key, ctx.scheduled_for - T0, clock.wall() - T0))  # type: ignore[arg-type]
+        if len(life.ran) == 1:
+            clock.advance(0.5)  # (the other key's fire of 10 is handed over, not started)
+            keyed[0].trigger("b" if key == "a" else "a")
+
+    life = Life(store, clock, reschedule=reschedule)
+    life.keyed._runs._run = run  # type: ignore[attr-defined]
+    keyed.append(life.keyed)
+    life.keyed.upsert("a")
+    life.keyed.upsert("b")
+    life.keyed.start()
+    life.advance(15)
+    fires = [(k, at) for k, at, _ in life.ran]
+    assert sorted(fires) == [("a", 10.0), ("b", 10.0)]  # (the trigger was the fire handed over: once)
+    life.keyed.close()
+
+
+def test_a_trigger_while_the_keys_fire_is_due_is_that_fire(store: Any, clock: ManualClock) -> None:
+    """The key's fire of 10 was due (not drained yet) when trigger() came at 10.5: the trigger ran
+    first, then the fire of 10 was refused by the file (a later fire in its log) and lost, not run nor
+    reported; in memory it ran after the trigger, its time going back."""
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    clock.advance(10.5)  # (due; nothing drained it yet)
+    assert life.keyed.trigger("k") == datetime.fromtimestamp(T0 + 10, UTC)
+    life.advance(10)
+    assert [at for _, at, _ in life.ran] == [10.0, 20.0]
+    life.keyed.close()
+
+
+@pytest.mark.parametrize("catch_up", [CatchUp.ALL, CatchUp.ONCE, CatchUp.SKIP])
+def test_a_stored_trigger_runs_in_its_place_among_the_catch_up_after_a_restart(
+    tmp_path: Path, clock: ManualClock, catch_up: CatchUp
+) -> None:
+    """A trigger stored at 3 s, the process down to 35 s (the fires of 10, 20, 30 missed): the next life
+    runs it, in the order of time, before the catch-up's fires (it was queued after them: their take
+    made the file refuse it, and the row kept it, with a next run in the past)."""
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path), clock, catch_up=catch_up)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    clock.advance(3)
+    life.keyed.trigger("k")
+    life.keyed.close()
+    clock.set_wall(T0 + 35)
+    again = Life(SQLiteStore(path), clock, catch_up=catch_up)
+    again.keyed.start()
+    again.advance(1)
+    expected = {CatchUp.ALL: [3.0, 10.0, 20.0, 30.0], CatchUp.ONCE: [3.0, 30.0], CatchUp.SKIP: [3.0]}
+    assert [at for _, at, _ in again.ran] == expected[catch_up]
+    again.keyed.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT triggered FROM timerwheel_keys").fetchall() == [(None,)]
+    db.close()
+
+
+def test_a_trigger_after_the_wall_clock_stepped_back_runs_now(store: Any, clock: ManualClock) -> None:
+    """The key ran its fire of 10; the wall clock steps back to 7: a trigger is a new fire (just after the
+    latest one that started), and runs at once; it did not run (a fire at or after it had run)."""
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(12)
+    clock.set_wall(T0 + 7)
+    at = life.keyed.trigger("k")
+    assert at is not None and at.timestamp() > T0 + 10
+    life.advance(0.5)
+    assert len(life.ran) == 2 and life.ran[1][1] == at.timestamp() - T0
+    life.keyed.close()
+
+
+def test_a_skipped_trigger_leaves_the_key_as_it_found_it() -> None:
+    """Nothing ran: under AFTER_FINISH a key whose run goes keeps no next run (its end plans it: the
+    skipped trigger planned one, and every fire during the run came, to be skipped); with restart=True,
+    the plan does not move."""
+    life = Runs(overlap=Overlap.SKIP, reschedule=Reschedule.AFTER_FINISH)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(12)  # the run of 10 goes on
+    life.keyed.trigger("k")
+    life.advance(40)
+    info = life.keyed.get("k")
+    assert info is not None and info.next_run_at is None and life.keyed.stats().skipped == 1
+    life.close()
+    life = Runs(overlap=Overlap.SKIP, next_run=ten_after)  # (BEFORE_RUN)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(12)
+    life.keyed.trigger("k", restart=True)
+    life.advance(0.5)
+    assert life.keyed.stats().skipped == 1
+    assert life.keyed.get("k").next_run_at == datetime.fromtimestamp(T0 + 20, UTC)  # type: ignore[union-attr]
     life.close()

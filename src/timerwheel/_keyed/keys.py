@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import json
-from collections.abc import Hashable
+import math
+from collections.abc import Callable, Hashable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from zoneinfo import ZoneInfo
@@ -138,6 +140,10 @@ class KeyInfo(NamedTuple):
         generation: bumped by every upsert, replace and remove.
         overlap: what a fire of the key does when it comes while a run of it goes (Overlap): the key's
             own (upsert's `overlap=`), else the KeyedScheduler's.
+        jitter: the most its fires are delayed by, each by an amount of its own (seconds; upsert's
+            `jitter=`, else the KeyedScheduler's).
+        spread: the most its fires are delayed by, all by one amount, the key's own (seconds; upsert's
+            `spread=`, else the KeyedScheduler's).
     """
 
     key: Hashable
@@ -148,6 +154,16 @@ class KeyInfo(NamedTuple):
     last_error: str | None
     generation: int
     overlap: Overlap = Overlap.QUEUE_ONE
+    jitter: float = 0.0
+    spread: float = 0.0
+
+
+class Options(NamedTuple):
+    """A key's own options (upsert's overlap=, jitter=, spread=); None in a field: the KeyedScheduler's."""
+
+    overlap: Overlap | None = None
+    jitter: float | None = None
+    spread: float | None = None
 
 
 class Trigger(NamedTuple):
@@ -175,16 +191,16 @@ class KeyOwner(Protocol):
     next run)."""
 
     closed: bool
-    overlap: Overlap  # (the KeyedScheduler's: a key's own, if it has one, goes first)
+    defaults: Options  # (the KeyedScheduler's, every field set: a key's own, where it has one, go first)
 
     def fired(self, rec: Key) -> None: ...
 
 
-class _Own(enum.Enum):
+class Own(enum.Enum):
     OWN = "own"  # (Key.row: the key's own options)
 
 
-OWN = _Own.OWN
+OWN = Own.OWN
 
 
 _new_info = tuple.__new__  # KeyInfo's own __new__, without its Python-level call
@@ -207,7 +223,7 @@ class Key(WallTimer):
         "last_error",
         "last_scheduled_for",
         "next_run_at",
-        "overlap",
+        "options",
         "owner",
         "paused",
         "resumed",
@@ -233,7 +249,7 @@ class Key(WallTimer):
         # Paused (KeyedScheduler.pause): never armed until resumed. `state` and `next_run_at` go on saying
         # what the key would do (its plan: the fire the pause holds back), and KeyInfo shows PAUSED.
         self.paused = False
-        self.overlap: Overlap | None = None  # its own (upsert's overlap=), or None: the KeyedScheduler's
+        self.options: Options | None = None  # its own (upsert's), or None: the KeyedScheduler's
         self.last_error: str | None = None
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
@@ -269,17 +285,17 @@ class Key(WallTimer):
         at: float | None,
         last_error: str | None,
         started: float | None = None,
-        overlap: Overlap | _Own | None = OWN,
-        triggered: Trigger | _Own | None = OWN,
+        options: Options | Own | None = OWN,
+        triggered: Trigger | Own | None = OWN,
     ) -> StoredKey:
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
-        error), its latest started fire (`started`, or its own), its options (`overlap`, or its own) and
-        its trigger not run yet (`triggered`, or its own, if of that generation). The one place a row
-        is made."""
+        error), its latest started fire (`started`, or its own), its options (or its own) and its
+        trigger not run yet (`triggered`, or its own, if of that generation). The one place a row is
+        made."""
         latest = self.last_scheduled_for if started is None else started
-        options = options_text(self.overlap if overlap is OWN else overlap)
+        text = options_text(self.options if options is OWN else options)
         trigger = self.triggered if triggered is OWN else triggered
-        text = None if trigger is None or trigger.generation != generation else trigger_text(trigger)
+        pending = None if trigger is None or trigger.generation != generation else trigger_text(trigger)
         return StoredKey(
             self.key,
             data,
@@ -289,8 +305,8 @@ class Key(WallTimer):
             us(latest),
             last_error,
             self.paused,
-            options,
             text,
+            pending,
         )
 
     def fire(self) -> None:
@@ -312,7 +328,7 @@ class Key(WallTimer):
                 self.running > 0,
                 self.last_error,
                 self.generation,
-                self.overlap or self.owner.overlap,
+                *effective(self.options, self.owner.defaults),
             ),
         )
 
@@ -320,13 +336,86 @@ class Key(WallTimer):
 from_posix = datetime.fromtimestamp
 
 
-def options_text(overlap: Overlap | None) -> str | None:
-    """A key's own options as a durable store keeps them (StoredKey.options): JSON text, or None when it
-    has none (the KeyedScheduler's apply)."""
-    return None if overlap is None else _OPTIONS[overlap]
+def delayed(
+    next_after: Callable[[float], float | BaseException | None],
+    key: Hashable,
+    wall_now: float,
+    jitter: float,
+    spread: float,
+) -> float | BaseException | None:
+    """The first of a key's delayed fires after `wall_now` (next_after(t): its schedule's first point
+    after t, or None, or the error). Each point P is delayed, forward only, by spread x u(key) + jitter x
+    u(key, P), where u is a fraction of [0, 1) drawn from a hash (BLAKE2b) of the key and P: the same in
+    every process and every life, so that a shared store's processes and a restart agree on it. The delay
+    never reaches the point after P: past it, it is scaled down into the room there is."""
+    reach = jitter + spread
+    point = next_after(wall_now - reach)
+    for _ in range(10_000):
+        if not isinstance(point, float):
+            return point
+        after = next_after(point)
+        room = after - point if isinstance(after, float) and after > point else math.inf
+        delay = spread * _unit(_ident(key)) + jitter * _unit(f"{_ident(key)}@{micro(point)}")
+        if delay >= room:
+            delay = room * delay / reach
+        at = micro(point + delay) / 1_000_000  # (in the microseconds a store keeps: exact everywhere)
+        if at >= point + room:
+            at = point
+        if at > wall_now or room == math.inf or not isinstance(after, float):
+            return at
+        point = after
+    return point
 
 
-_OPTIONS = {o: json.dumps({"overlap": o.value}, separators=(",", ":")) for o in Overlap}
+def _ident(key: Hashable) -> str:
+    """A key as its hash reads it: as a store keeps it (a str or an int), else its repr."""
+    return json.dumps(key) if type(key) is str or type(key) is int else repr(key)
+
+
+def _unit(text: str) -> float:
+    """A fraction of [0, 1), the same for the same text in every process."""
+    return (
+        int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) / 2**64
+    )
+
+
+def options(overlap: Overlap | None, jitter: float | None, spread: float | None) -> Options | None:
+    """A key's own options (one object for each distinct set: many keys share it), or None: none."""
+    if overlap is None and jitter is None and spread is None:
+        return None
+    made = Options(overlap, jitter, spread)
+    return _INTERNED.setdefault(made, made)
+
+
+_INTERNED: dict[Options, Options] = {}
+
+
+def effective(own: Options | None, defaults: Options) -> Options:
+    """A key's options in force: its own where it has them, else the KeyedScheduler's."""
+    if own is None:
+        return defaults
+    return Options(
+        defaults.overlap if own.overlap is None else own.overlap,
+        defaults.jitter if own.jitter is None else own.jitter,
+        defaults.spread if own.spread is None else own.spread,
+    )
+
+
+def options_text(own: Options | None) -> str | None:
+    """A key's own options as a durable store keeps them (StoredKey.options): JSON text of those it has,
+    or None when it has none (the KeyedScheduler's apply)."""
+    if own is None:
+        return None
+    text = _TEXTS.get(own)
+    if text is None:
+        fields = {"overlap": None if own.overlap is None else own.overlap.value}
+        fields.update(jitter=own.jitter, spread=own.spread)  # type: ignore[arg-type]
+        kept = {k: v for k, v in fields.items() if v is not None}
+        text = _TEXTS[own] = json.dumps(kept, separators=(",", ":"))
+    return text
+
+
+_TEXTS: dict[Options, str] = {}
 
 
 def trigger_text(trigger: Trigger) -> str:
@@ -344,12 +433,13 @@ def trigger_of(text: str, generation: int) -> Trigger:
     )
 
 
-def options_of(text: str | None) -> Overlap | None:
-    """A key's own overlap, from its stored options (checked as the store read them: see key_row)."""
+def options_of(text: str | None) -> Options | None:
+    """A key's own options, from their stored form (checked as the store read them: see key_row)."""
     if text is None:
         return None
-    value = json.loads(text).get("overlap")
-    return None if value is None else Overlap(value)
+    stored = json.loads(text)
+    overlap = stored.get("overlap")
+    return options(None if overlap is None else Overlap(overlap), stored.get("jitter"), stored.get("spread"))
 
 
 class Stored(str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -429,7 +430,12 @@ def trigger(table: KeyTable, key: Hashable, restart: bool, overlap: Overlap | No
             )
             table.store.save([row])
 
-    at = micro(table.wall_now()) / 1_000_000  # (in the microseconds a store keeps: exact as a datetime)
+    # (in the microseconds a store keeps: exact as a datetime; and after the key's latest started fire,
+    # if the wall clock stepped back behind it: a trigger is a new fire, never one that ran)
+    us = math.floor(table.wall_now() * 1_000_000)  # (not after the clock's now)
+    if rec.last_scheduled_for is not None and us <= micro(rec.last_scheduled_for):
+        us = micro(rec.last_scheduled_for) + 1
+    at = us / 1_000_000
     return table.trigger(rec, Trigger(rec.generation, at, restart, overlap), write)
 
 

@@ -315,11 +315,11 @@ class Runs:
             self._clock_failed(rec, scheduled_for, rerun, exc)
             return None
         self._backoff = 0.0
-        if wall_now < scheduled_for:  # the wall clock stepped back since the fire came due: never
-            keep_first(rec, scheduled_for, rerun)  # before its time (as its timer): armed at it again
-            self.table.apply(rec, rec.state, scheduled_for, rec.last_error)
-            return None
         trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
+        if wall_now < scheduled_for and trigger is None:  # the wall clock stepped back since the fire came
+            keep_first(rec, scheduled_for, rerun)  # due: never before its time (as its timer): armed at it
+            self.table.apply(rec, rec.state, scheduled_for, rec.last_error)  # again (a trigger runs now)
+            return None
         at: float | None
         error: BaseException | None
         queue = rec.catch_up
@@ -388,7 +388,7 @@ class Runs:
         too: end() arms it again, and the key is not armed meanwhile), or it is skipped (SKIP). REPLACE
         tells the runs going to stop (their ctx.cancelled), and the fire goes on."""
         trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
-        overlap = (trigger is not None and trigger.overlap) or rec.overlap or self.table.overlap
+        overlap = self.table.overlap_of(rec, trigger)
         if overlap is Overlap.ALLOW:
             return False
         waits = trigger is None and decided(rec, generation, scheduled_for, rerun)
@@ -401,10 +401,11 @@ class Runs:
             return False
         try:
             wall_now = self.table.wall_now()
-        except Exception:  # (its start reads the clock again, and backs off until it answers)
-            return False
-        if wall_now < scheduled_for:  # (the wall clock stepped back: its start arms it again at its time)
-            return False
+        except Exception as exc:  # (tried again after a back-off, as at a start: SKIP decides it then)
+            self._clock_failed(rec, scheduled_for, rerun, exc)
+            return True
+        if wall_now < scheduled_for and trigger is None:  # (the wall clock stepped back: its start arms it
+            return False  # again at its time; a trigger runs now)
         self._skip(rec, generation, scheduled_for, rerun, wall_now, trigger)
         return True
 
@@ -432,8 +433,8 @@ class Runs:
         at: float | None
         if rec.catch_up:
             state, at, last_error = KeyState.PENDING, rec.catch_up[0][0], rec.last_error
-        elif trigger is not None and trigger.kept is not None:
-            (state, at), last_error = trigger.kept, rec.last_error
+        elif trigger is not None and trigger.before is not None:  # (nothing ran: the plan it found)
+            (state, at), last_error = trigger.before, rec.last_error
         else:
             result = advancing(
                 t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)), scheduled_for
@@ -552,6 +553,8 @@ class Runs:
                 rec.catch_up = start.rest or None
                 if rec.catch_up:
                     self.table.apply(rec, KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
+                elif start.trigger is not None and start.trigger.before is not None:
+                    self.table.apply(rec, *start.trigger.before, rec.last_error)  # (nothing ran for it)
                 else:
                     after = self.table.evaluate(rec.key, rec.data, max(start.wall_now, scheduled_for))
                     self.table.planned(rec, advancing(after, scheduled_for))
@@ -575,7 +578,7 @@ class Runs:
             rec.contexts = [ctx]
         else:
             trigger = start.trigger
-            overlap = (trigger is not None and trigger.overlap) or rec.overlap or self.table.overlap
+            overlap = self.table.overlap_of(rec, trigger)
             if overlap is Overlap.REPLACE:
                 # This run replaces the runs going: they are told to stop (told as it came, too, those
                 # going then). One of a fire older than a run going, its take answered late, is told at
@@ -724,8 +727,8 @@ class Runs:
             outcome: tuple[KeyState, float | None, str | None]
             if rec.catch_up:
                 outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)
-            elif trigger is not None and trigger.kept is not None:
-                outcome = (*trigger.kept, rec.last_error)
+            elif trigger is not None and trigger.before is not None:  # (nothing ran: the plan it found)
+                outcome = (*trigger.before, rec.last_error)
             else:
                 result = self.table.evaluate(rec.key, rec.data, self._wall_or(scheduled_for))
                 outcome = outcome_of(rec, result)

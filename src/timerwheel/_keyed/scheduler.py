@@ -38,12 +38,14 @@ from .keys import (
     KeyedStats,
     KeyInfo,
     KeyState,
+    Options,
     Overlap,
     Policy,
     Recover,
     Reschedule,
     check_key,
     checked_key,
+    options,
 )
 from .recovery import apply_all, decide_all, load, set_paused, trigger
 from .runs import Runs, in_a_run
@@ -72,7 +74,8 @@ class KeyedScheduler:
       BEFORE_RUN: when a run starts (a fixed cadence; while it runs the key shows RUNNING with next_run_at
       set). NONE: after a run the key is DISABLED until it is upserted again.
     - `overlap` says what a fire does when it comes while a run of its key goes (Overlap: SKIP, QUEUE_ONE,
-      ALLOW, REPLACE); upsert(key, data, overlap=...) sets one key's own.
+      ALLOW, REPLACE); `jitter` and `spread` delay the keys' fires (forward, deterministically, never as
+      far as the next fire); upsert(key, data, overlap=..., jitter=..., spread=...) sets one key's own.
     - cancel_running_on_remove / cancel_running_on_replace set the running run's ctx.cancelled;
       run_timeout sets it when the run overruns (the JobEvent says timed_out); wait_running_on_close makes
       close() return only after the running runs finished.
@@ -88,6 +91,10 @@ class KeyedScheduler:
         overlap: what a fire does when it comes while a run of its key goes (Overlap), for every key
             that has no overlap of its own; None (the default): ALLOW under Reschedule.BEFORE_RUN,
             QUEUE_ONE otherwise.
+        jitter: seconds, at most, each fire of a key is delayed by, by an amount drawn from a hash of the
+            key and the fire's time (the same in every process and every life); None or 0: none.
+        spread: seconds, at most, every fire of a key is delayed by, by one amount drawn from a hash of
+            the key (a stable phase: keys on one schedule spread over it); None or 0: none.
         context: pass the run a JobContext first.
         cancel_running_on_remove: remove() sets a running run's ctx.cancelled.
         cancel_running_on_replace: upsert() of a running key sets its run's ctx.cancelled.
@@ -100,7 +107,7 @@ class KeyedScheduler:
     Raises:
         TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule or
             overlap, a callback that is not callable, context not a bool.
-        ValueError: a negative run_timeout.
+        ValueError: a negative run_timeout, jitter or spread.
     """
 
     def __init__(
@@ -111,6 +118,8 @@ class KeyedScheduler:
         *,
         reschedule: Reschedule = Reschedule.AFTER_FINISH,
         overlap: Overlap | None = None,
+        jitter: float | None = None,
+        spread: float | None = None,
         context: bool = False,
         cancel_running_on_remove: bool = False,
         cancel_running_on_replace: bool = False,
@@ -138,8 +147,7 @@ class KeyedScheduler:
         function(next_run, "next_run")
         function(run, "run")
         member(reschedule, Reschedule, "reschedule")
-        if overlap is not None:
-            member(overlap, Overlap, "overlap")
+        defaults = _options(overlap, jitter, spread) or Options()
         for name, flag in (
             ("context", context),
             ("cancel_running_on_remove", cancel_running_on_remove),
@@ -196,7 +204,7 @@ class KeyedScheduler:
             store,
             policy,
             self._lock,
-            overlap=overlap,
+            defaults=defaults,
             is_async=isinstance(scheduler, AsyncScheduler),
             cancel_on_remove=cancel_running_on_remove,
             cancel_on_replace=cancel_running_on_replace,
@@ -207,8 +215,9 @@ class KeyedScheduler:
         )
         self._keys = table.keys  # (the same dict, for the hot paths)
         # upsert() takes its common case inline, but never under an AsyncScheduler nor with a durable
-        # store (they go through _upsert(): its checks, and the store's commit first)
-        self._inline = not table.is_async and not table.durable
+        # store (they go through _upsert(): its checks, and the store's commit first), nor once a key's
+        # fires may be delayed (jitter, spread: KeyTable.evaluate plans them)
+        self._inline = not table.is_async and not table.durable and not table.delays
         self._journal = Journal(table)
         self._runs = Runs(table, self._journal, run, context=context, run_timeout=run_timeout)
         self._shared_keys = SharedKeys(table, self._journal)
@@ -357,24 +366,36 @@ class KeyedScheduler:
 
     # -- changing keys --------------------------------------------------------------------------------
 
-    def upsert(self, key: Hashable, data: Any = None, *, overlap: Overlap | None = None) -> None:
+    def upsert(
+        self,
+        key: Hashable,
+        data: Any = None,
+        *,
+        overlap: Overlap | None = None,
+        jitter: float | None = None,
+        spread: float | None = None,
+    ) -> None:
         """Add a key, or replace its data (a new generation), and (re)compute its next run. A known key's
         armed timer is moved, not removed and added. A next_run that fails makes the key INVALID.
 
-        `overlap` is the key's own Overlap (what its fire does when it comes while a run of it goes); None:
-        the KeyedScheduler's. Like the data, it is what this upsert says: an upsert without it gives the
-        key the KeyedScheduler's again. A durable store keeps it with the key.
+        The key's own options, each None for the KeyedScheduler's: `overlap` (what its fire does when it
+        comes while a run of it goes: an Overlap), `jitter` and `spread` (seconds its fires are delayed
+        by, at most: each by its own amount, or all by one; see KeyedScheduler). Like the data, they are
+        what this upsert says: an upsert without them gives the key the KeyedScheduler's again. A durable
+        store keeps them with the key.
 
         Raises:
-            TypeError: the key is not hashable; overlap not an Overlap. RuntimeError: the KeyedScheduler
+            TypeError: the key is not hashable; overlap not an Overlap; jitter or spread not a number.
+                ValueError: a negative or infinite jitter or spread. RuntimeError: the KeyedScheduler
                 is closed.
             ClosedError: its scheduler is closed. NotStartedError: its scheduler has no clock yet (an
                 AsyncScheduler made outside a loop and not started). A wall clock that fails raises what
                 it raised. In each case nothing changed.
         """
         t = self._table
-        if overlap is not None and type(overlap) is not Overlap:
-            member(overlap, Overlap, "overlap")
+        own = None
+        if overlap is not None or jitter is not None or spread is not None:
+            own = _options(overlap, jitter, spread)
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         pending: Pending | None = None
         if lock is not None:
@@ -391,9 +412,10 @@ class KeyedScheduler:
                 or not self._inline
                 or t.closed
                 or (rec is not None and (rec.running or rec.paused))
+                or (own is not None and (own.jitter or own.spread))
                 or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
-                pending = self._upsert(rec, key, data, overlap)
+                pending = self._upsert(rec, key, data, own)
                 return
             # The common cases, inline: a key of a started scheduler, its timer added or moved in place.
             wall = t.wall()  # (first: a clock that fails changes nothing)
@@ -405,7 +427,7 @@ class KeyedScheduler:
                 rec = self._keys.setdefault(key, rec)
             rec.data = data
             rec.generation += 1
-            rec.overlap = overlap
+            rec.options = own
             rec.catch_up = None
             try:
                 when = t.next_run(utc_not_after(wall), key, data)  # (as KeyTable.evaluate: never after)
@@ -442,20 +464,27 @@ class KeyedScheduler:
             if t.holding:
                 t.raise_held()
 
-    async def aupsert(self, key: Hashable, data: Any = None, *, overlap: Overlap | None = None) -> None:
+    async def aupsert(
+        self,
+        key: Hashable,
+        data: Any = None,
+        *,
+        overlap: Overlap | None = None,
+        jitter: float | None = None,
+        spread: float | None = None,
+    ) -> None:
         """upsert(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited, never
         waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
         for). Raises what upsert() raises, and the store's StoreError."""
         t = self._table
         t.check_caller()
-        if overlap is not None:
-            member(overlap, Overlap, "overlap")
-        pending = self._upsert(self._keys.get(checked_key(key)), key, data, overlap)
+        own = _options(overlap, jitter, spread)
+        pending = self._upsert(self._keys.get(checked_key(key)), key, data, own)
         if pending is not None:
             await self._shared_keys.wait_async(pending)
 
     def _upsert(
-        self, rec: Key | None, key: Hashable, data: Any, overlap: Overlap | None = None
+        self, rec: Key | None, key: Hashable, data: Any, own: Options | None = None
     ) -> Pending | None:
         """upsert() of a new key, before start(), under an AsyncScheduler, with a durable store, or while
         the key runs. With a durable store the new row is committed first, then applied: a store that
@@ -478,12 +507,17 @@ class KeyedScheduler:
                         ctx.cancelled.set()
                 rec.data = data
                 rec.generation += 1
-                rec.overlap = overlap
+                if own is not None and (own.jitter or own.spread):
+                    t.delays = True
+                    self._inline = False  # (a delayed key's plan is made by KeyTable.evaluate)
+                rec.options = own
                 rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 t.plan(rec, wall_now)
                 return None
             encode_key(key)
-            change = t.change(key, t.encode(data), t.wall_now(), overlap)
+            if own is not None and (own.jitter or own.spread):
+                t.delays = True
+            change = t.change(key, t.encode(data), t.wall_now(), own)
             if not t.shared:
                 t.changed(change, t.store.put(change.row))
                 return None
@@ -734,6 +768,24 @@ class KeyedScheduler:
         t = self._table
         with self._lock:
             return KeyedStats(keys=len(self._keys), **t.counts)
+
+
+def _options(overlap: Any, jitter: Any, spread: Any) -> Options | None:
+    """A key's own options (or the KeyedScheduler's), checked: TypeError or ValueError naming the one."""
+    if overlap is not None:
+        member(overlap, Overlap, "overlap")
+    if jitter is not None:
+        jitter = _delay(jitter, "jitter")
+    if spread is not None:
+        spread = _delay(spread, "spread")
+    return options(overlap, jitter, spread)
+
+
+def _delay(value: Any, name: str) -> float:
+    value = seconds(value, name)
+    if not 0 <= value < math.inf:
+        raise ValueError(f"{name} must be >= 0 seconds and finite (or None), got {value!r}")
+    return float(value)
 
 
 def _when(at: float | None) -> datetime | None:

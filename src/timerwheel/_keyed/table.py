@@ -20,13 +20,18 @@ from .._stores import KeyStore, StoredFire, StoredKey
 from .keys import (
     MAX_POSIX,
     MIN_POSIX,
+    OWN,
     Key,
     KeyState,
+    Options,
     Overlap,
+    Own,
     Policy,
     Reschedule,
     Stored,
     Trigger,
+    delayed,
+    effective,
     from_posix,
     iso,
     options_of,
@@ -50,7 +55,7 @@ class Change(NamedTuple):
     last_error: str | None
     result: Any
     row: StoredKey
-    overlap: Overlap | None
+    options: Options | None
 
 
 class KeyTable:
@@ -66,7 +71,7 @@ class KeyTable:
         policy: Policy,
         lock: Any,
         *,
-        overlap: Overlap | None,
+        defaults: Options,
         is_async: bool,
         cancel_on_remove: bool,
         cancel_on_replace: bool,
@@ -80,11 +85,13 @@ class KeyTable:
         self.next_run = next_run
         self.policy = policy
         self.reschedule = policy.reschedule
-        # What a key's fire does when it comes while a run of the key goes, for a key with no overlap of
-        # its own (Overlap; None resolves by the reschedule mode)
-        self.overlap = overlap or (
+        # The options of a key that has none of its own (every field set: an overlap of None resolves by
+        # the reschedule mode); `delays`: whether any key's fires may be delayed (jitter, spread)
+        overlap = defaults.overlap or (
             Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
         )
+        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0)
+        self.delays = bool(self.defaults.jitter or self.defaults.spread)
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
         self.on_state_change = on_state_change
@@ -171,7 +178,9 @@ class KeyTable:
         rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
         rec.last_error = row.last_error
         rec.paused = bool(row.paused)
-        rec.overlap = options_of(row.options)
+        rec.options = options_of(row.options)
+        if rec.options is not None and (rec.options.jitter or rec.options.spread):
+            self.delays = True
         rec.triggered = None if row.triggered is None else trigger_of(row.triggered, row.generation)
         return rec
 
@@ -236,13 +245,38 @@ class KeyTable:
         except (TypeError, ValueError, RecursionError) as exc:
             raise TypeError(f"data must be JSON-serializable with a durable store: {exc}") from None
 
-    def evaluate(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
-        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error."""
+    def evaluate(
+        self, key: Hashable, data: Any, wall_now: float, own: Options | Own | None = OWN
+    ) -> float | BaseException | None:
+        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error. A key whose
+        fires are delayed (jitter, spread: its own options, `own` or the record's, else the
+        KeyedScheduler's) gets the first of its delayed fires after `wall_now` (see delayed)."""
+        if self.delays:
+            if own is OWN:
+                rec = self.keys.get(key) or self.gone.get(key)
+                own = None if rec is None else rec.options
+            force = effective(own, self.defaults)
+            jitter, spread = force.jitter or 0.0, force.spread or 0.0
+            if jitter or spread:
+                return delayed(lambda t: self._next(key, data, t), key, wall_now, jitter, spread)
+        return self._next(key, data, wall_now)
+
+    def _next(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
         try:
             when = self.next_run(utc_not_after(wall_now), key, value_of(data))
         except BaseException as exc:
             return self.guarded(exc)
         return self.checked(when)
+
+    def overlap_of(self, rec: Key, trigger: Trigger | None = None) -> Overlap:
+        """What a fire of the key does when it comes while a run of it goes: the trigger's overlap (if
+        the fire is a trigger's and it has one), the key's own, or the KeyedScheduler's."""
+        if trigger is not None and trigger.overlap is not None:
+            return trigger.overlap
+        own = rec.options
+        if own is not None and own.overlap is not None:
+            return own.overlap
+        return self.defaults.overlap  # type: ignore[return-value]
 
     def apply(
         self,
@@ -292,12 +326,13 @@ class KeyTable:
 
     def trigger(self, rec: Key, trigger: Trigger, write: Callable[[Trigger], object] | None = None) -> float:
         """Apply a trigger of the key (under the lock; a durable store has it already): its fire, at
-        `trigger.at`, joins the key's queue of fires to run at once (after those there: a catch-up, a
-        rerun, a fire waiting for a run's end), and the key is armed at the queue's head. The plan the
+        `trigger.at`, joins the key's queue of fires to run at once (a catch-up, a rerun, a fire waiting
+        for a run's end), in the order of their times, and the key is armed at the queue's head. The plan the
         key goes back to after it is read now (`kept`), unless the trigger restarts it, or the key has
         none of its own now (a queue, or a run going under AFTER_FINISH: the plan comes after them).
         Returns the time of the fire that runs for it: a trigger of the key not run yet is that one
-        (none is added), and a fire at or after `at` that started already ran for it. `write` (a
+        (none is added); a fire at or after `at` that started already, and a fire of the key that is due
+        (handed over to run, or about to be), run for it. `write` (a
         durable store's) is given the trigger before anything changes: if it raises, nothing did."""
         pending = rec.triggered
         queue = rec.catch_up or []
@@ -307,16 +342,33 @@ class KeyTable:
         if started is not None and started >= trigger.at:
             rec.triggered = None
             return started
+        if (trigger.at, False) in queue:  # (a fire of its time is queued: it runs for it)
+            rec.triggered = None
+            return trigger.at
+        handed = rec.handed
+        if handed is not None and handed[0] == rec.generation:  # (its fire, handed over, runs now: for it)
+            rec.triggered = None
+            return handed[1]
+        due = rec.next_run_at
+        if not queue and due is not None and due <= trigger.at and rec.state is not KeyState.RUNNING:
+            rec.triggered = None  # (its next fire is due, about to run: for it)
+            return due
         own = not (trigger.restart or queue or (rec.state is KeyState.RUNNING and rec.next_run_at is None))
         before = (rec.state, rec.next_run_at)
         applied = Trigger(rec.generation, trigger.at, trigger.restart, trigger.overlap, before, own)
         if write is not None:
             write(applied)
         rec.triggered = applied
-        rec.catch_up = [*queue, (trigger.at, False)]
-        if not queue:  # (else armed at its queue's head already, or waiting for a run's end)
+        # (in the queue in the order of time: a fire of the queue later than it is taken after it; none is
+        # handed over now, see above)
+        place = next((i for i, (when, _) in enumerate(queue) if when > trigger.at), len(queue))
+        rec.catch_up = [*queue[:place], (trigger.at, False), *queue[place:]]
+        if place == 0:  # (else armed at its queue's head already, or waiting for a run's end)
             state = KeyState.RUNNING if rec.state is KeyState.RUNNING else KeyState.PENDING
             self.apply(rec, state, trigger.at, rec.last_error)
+            engine = self.engine
+            if engine is not None and rec.id is not None and trigger.at > engine.last_wall:
+                engine.move_wall_timer(rec, engine.last_wall)  # (at once: a clock that stepped back, too)
         return trigger.at
 
     def untrigger(self, rec: Key) -> None:
@@ -343,17 +395,17 @@ class KeyTable:
 
     # -- a user's change, committed by a durable store ------------------------------------------------
 
-    def change(self, key: Hashable, encoded: str, wall_now: float, overlap: Overlap | None) -> Change:
+    def change(self, key: Hashable, encoded: str, wall_now: float, own: Options | None) -> Change:
         """A user's change of a key for a durable store: next_run evaluated on what JSON gives back (as
-        in every later life), and the row to commit (with the key's own `overlap`). next_run is user
+        in every later life), and the row to commit (with the key's own options). next_run is user
         code, and may have changed the key: the record is looked up after it."""
-        result = self.evaluate(key, Stored(encoded), wall_now)
+        result = self.evaluate(key, Stored(encoded), wall_now, own)
         rec = self.keys.get(key) or self.gone.get(key)
         if rec is None:
             rec = self.new_record(key, Stored(encoded))
         state, at, last_error = outcome_of(rec, result)
-        row = rec.row(encoded, rec.generation + 1, state, at, last_error, overlap=overlap)
-        return Change(rec, encoded, state, at, last_error, result, row, overlap)
+        row = rec.row(encoded, rec.generation + 1, state, at, last_error, options=own)
+        return Change(rec, encoded, state, at, last_error, result, row, own)
 
     def changed(self, change: Change, generation: int) -> None:
         """A change that the store committed, at `generation` (the store's: one above any generation it
@@ -370,7 +422,7 @@ class KeyTable:
             self.taken(key)
         rec.data = Stored(change.encoded)
         rec.generation = generation
-        rec.overlap = change.overlap
+        rec.options = change.options
         rec.catch_up = None  # (an older generation's catch-up is not this one's)
         error = change.result if isinstance(change.result, BaseException) else None
         self.apply(rec, change.state, change.at, change.last_error, error)

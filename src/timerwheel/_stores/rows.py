@@ -9,6 +9,7 @@ it; the store turns that into a StoreError naming its file and the row.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Hashable
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
@@ -151,12 +152,16 @@ def _check_options(o: Any) -> None:
     options = _json_object("options", o)
     if options is None:
         return
-    unknown = sorted(set(options) - {"overlap"})
+    unknown = sorted(set(options) - {"overlap", "jitter", "spread"})
     if unknown:
         raise ValueError(
             f"its options have {', '.join(map(repr, unknown))}, which this timerwheel does not know"
         )
     _check_overlap("overlap", options.get("overlap"))
+    for name in ("jitter", "spread"):
+        value = options.get(name)
+        if value is not None and not (type(value) in (int, float) and 0 <= value < math.inf):
+            raise ValueError(f"its {name} is {value!r}, not a number of seconds >= 0")
 
 
 def check_triggered(t: Any) -> None:

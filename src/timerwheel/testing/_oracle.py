@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._keyed import KeyedScheduler, KeyState, Overlap, Recover, Reschedule
+from .._keyed.keys import delayed
 
 
 class Violation(AssertionError):
@@ -55,7 +56,7 @@ class Oracle:
         keyed: dict[str, Any],
     ) -> None:
         self.cluster = cluster
-        self._next_run = next_run
+        self._user_next_run = next_run
         self._user_run = run
         self._context = context
         self._points = points
@@ -149,7 +150,8 @@ class Oracle:
                 f"{p.name} ran key {run.key!r} (g{run.generation}, {run.scheduled_for}) while it was paused",
             )
         self.note(f"{p.name} runs {run.key!r} g{run.generation} {run.scheduled_for} a{run.attempt}")
-        if run.wall * 1_000_000 < run.scheduled_for - 1:
+        trigger = run.scheduled_for in self._triggers(run.key)  # (runs now: after the clock stepped back,
+        if run.wall * 1_000_000 < run.scheduled_for - 1 and not trigger:  # its time is after the last fire)
             self.violate(
                 "no-early-run",
                 f"{p.name} ran key {run.key!r} at wall {run.wall:.6f}, before its fire at "
@@ -213,7 +215,8 @@ class Oracle:
 
     def _check_triggers(self, runs: dict[Hashable, list[SimRun]], until: float) -> None:
         """A trigger that returned ran: a run of its key at its time, or of a later fire that started as
-        it came (a fire at or after a trigger runs for it: taken before its holder heard of it), unless
+        it came (a fire at or after a trigger runs for it: taken before its holder heard of it) or late
+        (a catch-up queued after a restart), unless
         the key was changed, paused or removed since it was asked (which drops it), or it may have been
         skipped (Overlap.SKIP: a run of its key went), or the store keeps nothing (a memory store, its
         process killed since)."""
@@ -223,11 +226,16 @@ class Oracle:
                 continue
             key, asked, at = change["key"], change["asked"], round(change["at"] * 1e6)
             self.checks += 1
+            bound = self.cluster.bound()
             if any(
-                r.scheduled_for == at or (r.scheduled_for > at and r.started <= asked + self.cluster.bound())
+                r.scheduled_for == at
+                or (
+                    r.scheduled_for > at
+                    and (r.started <= asked + bound or r.wall > r.scheduled_for / 1e6 + bound)
+                )
                 for r in runs.get(key, ())
             ):
-                continue  # (ran; or a later fire ran for it, as it came: taken before its holder heard)
+                continue  # (ran; or a later fire ran for it: taken as it came, or overdue, from a catch-up)
             if skips or change["data"][1] is Overlap.SKIP:
                 continue
             if any(
@@ -247,6 +255,21 @@ class Oracle:
                 "of it, or of a later fire, started",
             )
             return
+
+    def _next_run(self, now: datetime, key: Hashable, data: Any) -> datetime | None:
+        """The key's next fire after `now`, as the KeyedScheduler's options make it: next_run's point,
+        delayed (jitter, spread) by what the hash of the key and the point says (an independent account
+        of the delay: keys.delayed, over next_run alone)."""
+        jitter, spread = self._keyed.get("jitter") or 0.0, self._keyed.get("spread") or 0.0
+        if not jitter and not spread:
+            return self._user_next_run(now, key, data)
+
+        def after(t: float) -> float | None:
+            point = self._user_next_run(datetime.fromtimestamp(t, UTC), key, data)
+            return None if point is None else point.timestamp()
+
+        at = delayed(after, key, now.timestamp(), jitter, spread)
+        return None if not isinstance(at, float) else datetime.fromtimestamp(at, UTC)
 
     def _on_a_point(self, run: SimRun, data: Any) -> None:
         self.checks += 1

@@ -789,6 +789,10 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
         [None, None, None, None, 0.05, 0.5, 3.0]
     )
     keyed["overlap"] = random.Random(f"overlap {seed}").choice([None, None, None, *Overlap])
+    delays = random.Random(f"delays {seed}")
+    if delays.random() < 0.3:  # (fires delayed by a hash of the key and the fire: the oracle checks it)
+        keyed["jitter"] = delays.choice([0.0, 0.05, 0.3, 2.0])
+        keyed["spread"] = delays.choice([0.0, 0.1, 1.0])
     keys = rng.randint(2, 10)
     duration = rng.uniform(20.0, 120.0)
     wall, zone, pace = _EPOCH, None, 1.0
