@@ -7,16 +7,17 @@ Time comes from a ManualClock."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from timerwheel import KeyedScheduler, Scheduler, SQLiteStore
+from timerwheel import KeyedScheduler, KeyState, MemoryStore, Scheduler, SQLiteStore
 from timerwheel.testing import ManualClock
 
 from . import test_keyed_pause as pause
@@ -78,9 +79,11 @@ def test_a_delay_never_reaches_the_next_fire(store: Any, clock: ManualClock) -> 
     life.keyed.start()
     life.advance(200)
     ran = starts(life, "k")
-    assert len(ran) == 20  # (the points 0, 10, ... 190)
+    # (the points 10, ... 190: the reach, 2,000 s, holds more than 64 points before now, and start()
+    # does not look at them: the point of 0 is not planned)
+    assert len(ran) == 19
     for i, at in enumerate(ran):
-        assert 10 * i <= at < 10 * (i + 1)  # (each in its own period, in order)
+        assert 10 * (i + 1) <= at < 10 * (i + 2)  # (each in its own period, in order)
     life.keyed.close()
 
 
@@ -121,21 +124,70 @@ def test_the_delays_are_the_same_in_another_process_and_another_life(tmp_path: P
     again.close()
 
 
-def test_a_plan_made_between_a_point_and_its_delayed_fire_keeps_that_fire(
-    store: Any, clock: ManualClock
-) -> None:
-    """An upsert after a point (0, at start()) and before its delayed fire plans that fire, not the
-    next one."""
-    life = Life(store, clock, spread=9.0)
+def test_a_cadence_counted_from_now_is_delayed_forward_only(store: Any, clock: ManualClock) -> None:
+    """next_run = now + 60 s (a cadence from each run): each fire comes at least 60 s after the one before
+    (the delay starts from next_run's point, never before it), and never 120 s."""
+
+    def every_minute_after(now: datetime, key: Any, data: Any) -> datetime:
+        return now + timedelta(seconds=60)
+
+    life = Life(store, clock, next_run=every_minute_after, jitter=30.0)
+    for key in "abcd":
+        life.keyed.upsert(key)
+    assert all(60 <= info.next_run_at.timestamp() - T0 < 90 for info in life.keyed.snapshot().values())  # type: ignore[union-attr]
+    life.keyed.start()
+    life.advance(900)
+    for key in "abcd":
+        ran = starts(life, key)
+        gaps = [b - a for a, b in itertools.pairwise(ran)]
+        assert 10 <= len(ran) <= 15 and all(60 <= g < 90 for g in gaps)
+    life.keyed.close()
+
+
+def test_a_schedule_that_ends_leaves_the_key_disabled(store: Any, clock: ManualClock) -> None:
+    def until_50(now: datetime, key: Any, data: Any) -> datetime | None:
+        at = pause.every_10s(now, key, data)
+        return at if at.timestamp() <= T0 + 50 else None
+
+    life = Life(store, clock, next_run=until_50, jitter=10.0, spread=5.0)
     life.keyed.upsert("k")
     life.keyed.start()
-    at = life.keyed.get("k").next_run_at.timestamp() - T0  # type: ignore[union-attr]
-    assert 0 < at < 9
-    life.advance(at / 2)  # (between the point and its fire)
-    life.keyed.upsert("k", "new data")
-    assert life.keyed.get("k").next_run_at.timestamp() - T0 == at  # type: ignore[union-attr]
-    life.advance(at)
-    assert starts(life, "k")[0] == at
+    life.advance(300)
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.DISABLED and info.last_error is None
+    assert len(starts(life, "k")) == 6  # (the points 0, 10, ... 50)
+    life.keyed.close()
+
+
+def test_planning_a_delayed_fire_asks_next_run_a_bounded_number_of_times(clock: ManualClock) -> None:
+    """Whatever the jitter: the points within the reach before now (at most 64 of them, then none), the
+    point after now and the one after it (the room for the delay)."""
+    calls = [0]
+
+    def every_second(now: datetime, key: Any, data: Any) -> datetime:
+        calls[0] += 1
+        return datetime.fromtimestamp(int(now.timestamp()) + 1, UTC)
+
+    life = Life(MemoryStore(), clock, next_run=every_second, spread=1800.0, jitter=1e9)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(5)
+    calls[0] = 0
+    life.advance(10)
+    assert len(starts(life, "k")) >= 9 and calls[0] <= 70 * len(starts(life, "k"))
+    assert life.keyed.get("k").state is KeyState.PENDING  # type: ignore[union-attr]
+    life.keyed.close()
+
+
+def test_an_upsert_changing_the_jitter_does_not_run_a_point_again(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k", jitter=1.0)
+    life.keyed.start()
+    life.advance(11.5)
+    assert [int(at) // 10 for at in starts(life, "k")] == [0, 1]
+    life.keyed.upsert("k", jitter=9.0)  # (the point of 10, delayed by up to 9 s now: it ran)
+    life.advance(18.4)
+    assert [int(at) // 10 for at in starts(life, "k")] == [0, 1, 2]
     life.keyed.close()
 
 
@@ -161,8 +213,9 @@ def test_catch_up_after_downtime_counts_the_delayed_fires(tmp_path: Path, clock:
 @pytest.mark.parametrize(
     ("kwargs", "error", "words"),
     [
-        ({"jitter": -1}, ValueError, "jitter must be >= 0 seconds and finite"),
+        ({"jitter": -1}, ValueError, "jitter must be from 0 to 1000000000 seconds"),
         ({"spread": float("inf")}, ValueError, "spread must be finite"),
+        ({"spread": 1e308}, ValueError, "spread must be from 0 to 1000000000 seconds"),
         ({"jitter": "1"}, TypeError, "jitter must be a real number"),
         ({"spread": float("nan")}, ValueError, "spread"),
     ],

@@ -86,16 +86,29 @@ FOUND_4 = [
 ]
 
 
+# (seeds found with the triggers drawn, and no overlap nor delays drawn)
+FOUND_TRIGGERS = [
+    ("shared", 71, "a trigger skipped behind a catch-up queue put its key back on a fire it had run"),
+]
+
+
 @pytest.mark.parametrize(
-    ("store", "seed", "found", "processes"),
-    [(*f, 3) for f in FOUND] + [(*f, 4) for f in FOUND_4],
-    ids=[f"{s}-{n}" for s, n, _ in FOUND + FOUND_4],
+    ("store", "seed", "found", "processes", "triggers"),
+    [(*f, 3, False) for f in FOUND]
+    + [(*f, 4, False) for f in FOUND_4]
+    + [(*f, 3, True) for f in FOUND_TRIGGERS],
+    ids=[f"{s}-{n}" for s, n, _ in FOUND + FOUND_4 + FOUND_TRIGGERS],
 )
-def test_a_seed_that_found_a_bug_stays_fixed(store: str, seed: int, found: str, processes: int) -> None:
+def test_a_seed_that_found_a_bug_stays_fixed(
+    store: str, seed: int, found: str, processes: int, triggers: bool
+) -> None:
     campaign = plan(seed, store, processes)
-    campaign.keyed["overlap"] = None  # (drawn since: these seeds replay as they were found)
+    # (drawn since: these seeds replay as they were found)
+    campaign.keyed["overlap"] = None
     campaign.keyed.pop("jitter", None)
     campaign.keyed.pop("spread", None)
+    if not triggers:
+        campaign.events[:] = [e for e in campaign.events if e[1] != "trigger-key"]
     cluster = simulate(campaign)
     assert cluster.violations == [], "\n".join(cluster.trace[-40:])
 

@@ -342,29 +342,46 @@ def delayed(
     wall_now: float,
     jitter: float,
     spread: float,
+    started: float | None = None,
 ) -> float | BaseException | None:
-    """The first of a key's delayed fires after `wall_now` (next_after(t): its schedule's first point
-    after t, or None, or the error). Each point P is delayed, forward only, by spread x u(key) + jitter x
-    u(key, P), where u is a fraction of [0, 1) drawn from a hash (BLAKE2b) of the key and P: the same in
-    every process and every life, so that a shared store's processes and a restart agree on it. The delay
-    never reaches the point after P: past it, it is scaled down into the room there is."""
+    """A key's next fire after `wall_now`, delayed (next_after(t): next_run's point after t, or None, or
+    the error). A point P is delayed, forward only, by spread x u(key) + jitter x u(key, P), where u is a
+    fraction of [0, 1) drawn from a hash (BLAKE2b) of the key and P: the same in every process and every
+    life, so that a shared store's processes and a restart agree on it. The delay never reaches the point
+    after P: past it, it is scaled down into the room there is.
+
+    The fire is next_run's point's, delayed; or an earlier point's whose delayed fire is still to come:
+    the points within the reach (jitter + spread) before now, if the schedule's points do not depend on
+    now (the points from now - reach on lead to next_run's point: a calendar, not a cadence counted from
+    now), and there are at most DELAY_POINTS of them; and none at or before the key's latest started fire
+    (`started`: its point ran, whatever its delay is now)."""
+    point = next_after(wall_now)
+    if not isinstance(point, float):
+        return point
+    earlier: list[float] = []
     reach = jitter + spread
-    point = next_after(wall_now - reach)
-    for _ in range(10_000):
-        if not isinstance(point, float):
-            return point
-        after = next_after(point)
-        room = after - point if isinstance(after, float) and after > point else math.inf
-        delay = spread * _unit(_ident(key)) + jitter * _unit(f"{_ident(key)}@{micro(point)}")
-        if delay >= room:
-            delay = room * delay / reach
-        at = micro(point + delay) / 1_000_000  # (in the microseconds a store keeps: exact everywhere)
-        if at >= point + room:
-            at = point
-        if at > wall_now or room == math.inf or not isinstance(after, float):
-            return at
-        point = after
-    return point
+    walked = next_after(wall_now - reach if started is None else max(wall_now - reach, started))
+    while isinstance(walked, float) and walked < point and len(earlier) <= DELAY_POINTS:
+        earlier.append(walked)
+        walked = next_after(walked)
+    if walked == point and len(earlier) <= DELAY_POINTS:
+        for i, p in enumerate(earlier):
+            at = _delayed_point(key, p, earlier[i + 1] if i + 1 < len(earlier) else point, jitter, spread)
+            if at > wall_now:
+                return at
+    return _delayed_point(key, point, next_after(point), jitter, spread)
+
+
+DELAY_POINTS = 64  # (points before now that delayed() looks at, at most)
+
+
+def _delayed_point(key: Hashable, point: float, after: Any, jitter: float, spread: float) -> float:
+    room = after - point if isinstance(after, float) and after > point else math.inf
+    delay = spread * _unit(_ident(key)) + jitter * _unit(f"{_ident(key)}@{micro(point)}")
+    if delay >= room:
+        delay = room * delay / (jitter + spread)
+    at = micro(point + delay) / 1_000_000  # (in the microseconds a store keeps: exact everywhere)
+    return point if at >= point + room or at > MAX_POSIX else at
 
 
 def _ident(key: Hashable) -> str:

@@ -107,7 +107,7 @@ class KeyedScheduler:
     Raises:
         TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule or
             overlap, a callback that is not callable, context not a bool.
-        ValueError: a negative run_timeout, jitter or spread.
+        ValueError: a negative run_timeout; a jitter or spread not from 0 to 1e9 seconds.
     """
 
     def __init__(
@@ -783,9 +783,12 @@ def _options(overlap: Any, jitter: Any, spread: Any) -> Options | None:
 
 def _delay(value: Any, name: str) -> float:
     value = seconds(value, name)
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{name} must be >= 0 seconds and finite (or None), got {value!r}")
-    return float(value)
+    if not 0 <= value <= MAX_DELAY:
+        raise ValueError(f"{name} must be from 0 to {MAX_DELAY:.0f} seconds (or None), got {value!r}")
+    return float(value) + 0.0  # (-0.0 is 0.0)
+
+
+MAX_DELAY = 1e9  # seconds a fire may be delayed by, at most (jitter, spread: about 31 years)
 
 
 def _when(at: float | None) -> datetime | None:

@@ -252,13 +252,14 @@ class KeyTable:
         fires are delayed (jitter, spread: its own options, `own` or the record's, else the
         KeyedScheduler's) gets the first of its delayed fires after `wall_now` (see delayed)."""
         if self.delays:
+            rec = self.keys.get(key) or self.gone.get(key)
             if own is OWN:
-                rec = self.keys.get(key) or self.gone.get(key)
                 own = None if rec is None else rec.options
             force = effective(own, self.defaults)
             jitter, spread = force.jitter or 0.0, force.spread or 0.0
             if jitter or spread:
-                return delayed(lambda t: self._next(key, data, t), key, wall_now, jitter, spread)
+                started = None if rec is None else rec.last_scheduled_for
+                return delayed(lambda t: self._next(key, data, t), key, wall_now, jitter, spread, started)
         return self._next(key, data, wall_now)
 
     def _next(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
@@ -354,7 +355,8 @@ class KeyTable:
             rec.triggered = None  # (its next fire is due, about to run: for it)
             return due
         own = not (trigger.restart or queue or (rec.state is KeyState.RUNNING and rec.next_run_at is None))
-        before = (rec.state, rec.next_run_at)
+        # (the plan it found: none of its own behind a queue, whose head is the key's next run)
+        before = None if queue else (rec.state, rec.next_run_at)
         applied = Trigger(rec.generation, trigger.at, trigger.restart, trigger.overlap, before, own)
         if write is not None:
             write(applied)

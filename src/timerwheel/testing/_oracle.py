@@ -4,14 +4,15 @@ SimulatedCluster, and checks the invariants (see the simulate module's docstring
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
+import json
 import math
 from collections.abc import Callable, Hashable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from .._keyed import KeyedScheduler, KeyState, Overlap, Recover, Reschedule
-from .._keyed.keys import delayed
 
 
 class Violation(AssertionError):
@@ -257,24 +258,56 @@ class Oracle:
             return
 
     def _next_run(self, now: datetime, key: Hashable, data: Any) -> datetime | None:
-        """The key's next fire after `now`, as the KeyedScheduler's options make it: next_run's point,
-        delayed (jitter, spread) by what the hash of the key and the point says (an independent account
-        of the delay: keys.delayed, over next_run alone)."""
+        """The key's next fire after `now`, as the KeyedScheduler's options make it, by the documented
+        rule (an account of its own, not the keyed layer's code): next_run's point P0, delayed (jitter,
+        spread) by spread x u(key) + jitter x u(key, P), u a fraction drawn from a BLAKE2b hash, scaled
+        into the room before the next point; or an earlier point's delayed fire still to come (points
+        from now - reach on that lead to P0, at most 64)."""
+        first = self._user_next_run(now, key, data)
         jitter, spread = self._keyed.get("jitter") or 0.0, self._keyed.get("spread") or 0.0
-        if not jitter and not spread:
-            return self._user_next_run(now, key, data)
+        if first is None or (not jitter and not spread):
+            return first
+        ident = json.dumps(key) if type(key) in (str, int) else repr(key)
 
-        def after(t: float) -> float | None:
-            point = self._user_next_run(datetime.fromtimestamp(t, UTC), key, data)
-            return None if point is None else point.timestamp()
+        def fraction(text: str) -> float:
+            return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest()) / 2**64
 
-        at = delayed(after, key, now.timestamp(), jitter, spread)
-        return None if not isinstance(at, float) else datetime.fromtimestamp(at, UTC)
+        def point_after(t: float) -> float | None:
+            found = self._user_next_run(datetime.fromtimestamp(t, UTC), key, data)
+            return None if found is None else found.timestamp()
+
+        def fire(p: float, after: float | None) -> float:
+            room = after - p if after is not None and after > p else math.inf
+            delay = spread * fraction(ident) + jitter * fraction(f"{ident}@{round(p * 1e6)}")
+            if delay >= room:
+                delay = room * delay / (jitter + spread)
+            at = round((p + delay) * 1e6) / 1e6
+            return p if at >= p + room else at
+
+        p0, t = first.timestamp(), now.timestamp()
+        chain: list[float] = []
+        walked = point_after(t - jitter - spread)
+        while walked is not None and walked < p0 and len(chain) <= 64:
+            chain.append(walked)
+            walked = point_after(walked)
+        if walked == p0 and len(chain) <= 64:
+            for i, p in enumerate(chain):
+                at = fire(p, chain[i + 1] if i + 1 < len(chain) else p0)
+                if at > t:
+                    return datetime.fromtimestamp(at, UTC)
+        return datetime.fromtimestamp(fire(p0, point_after(p0)), UTC)
 
     def _on_a_point(self, run: SimRun, data: Any) -> None:
         self.checks += 1
-        just_before = datetime.fromtimestamp((run.scheduled_for - 1) / 1e6, UTC)
-        point = self._next_run(just_before, run.key, data)
+        reach = (self._keyed.get("jitter") or 0.0) + (self._keyed.get("spread") or 0.0)
+        # (a delayed fire: its point is before it, within the reach; the fire of that point must be it)
+        t = (run.scheduled_for - 1) / 1e6 - reach
+        point = self._next_run(datetime.fromtimestamp(t, UTC), run.key, data)
+        for _ in range(10_000):
+            if point is None or round(point.timestamp() * 1e6) >= run.scheduled_for:
+                break
+            t = self._user_next_run(datetime.fromtimestamp(t, UTC), run.key, data).timestamp()  # type: ignore[union-attr]
+            point = self._next_run(datetime.fromtimestamp(t, UTC), run.key, data)
         if point is None or round(point.timestamp() * 1e6) != run.scheduled_for:
             self.violate(
                 "on-its-points",
@@ -700,6 +733,13 @@ class Oracle:
         triggers = self._triggers(key)
         for r in runs.get(key, ()):  # (a trigger waiting to run holds the key's fires, as a queue does)
             if r.scheduled_for in triggers and r.scheduled_for / 1e6 - 1e-6 <= point <= r.wall:
+                return True
+        reach = (self._keyed.get("jitter") or 0.0) + (self._keyed.get("spread") or 0.0)
+        for c in self.changes:  # (a trigger that restarts the cadence supersedes a point before it whose
+            at = c.get("at")  # delayed fire was still to come)
+            if at is None or c["what"] != "trigger" or c["key"] != key or not c["data"][0]:
+                continue
+            if at < point <= at + reach:
                 return True
         after_finish = self._reschedule is Reschedule.AFTER_FINISH
         if not after_finish and not self._passes_over:
