@@ -15,6 +15,9 @@ A new store is correct when it passes this suite. The guarantees:
 - shared stores: a take, a completion and a save are fenced by the holder and the generation; a holder
   whose lease lapsed loses its keys to a claim, with their unfinished fires; a paused key's fires are
   refused to its holder (whoever paused it), and the pause is kept by every other write;
+- a key's options are what its latest put() or replace() wrote, and every other write keeps them; a
+  trigger not run yet is kept by a local store as its writes give it, and by a shared store as
+  trigger() set it, until a take of a fire at or after it, an upsert or a pause;
 - bad input is refused with an error naming it, and leaves the store as it was.
 """
 
