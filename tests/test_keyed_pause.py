@@ -585,3 +585,26 @@ def test_a_fire_the_start_reported_missed_does_not_run_at_the_resume(
     assert fires == [10.0, 20.0, 30.0] and 40.0 not in fires
     assert life.missed[1:] == [("k", 1, 80.0, 80.0)]
     life.keyed.close()
+
+
+def test_a_key_resumed_while_an_older_generations_run_goes_shows_its_plan() -> None:
+    """AFTER_FINISH: upserted during a run (its first fire waiting for the run), paused and resumed
+    while that run went on: the key showed RUNNING, with no run of it going once the old one ended, until
+    its next fire (the old generation's end plans nothing of the new one)."""
+    from .test_keyed_overlap import Life as Runs
+
+    life = Runs(reschedule=Reschedule.AFTER_FINISH, catch_up=CatchUp.SKIP)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(12)  # the run of 10 goes on
+    life.keyed.upsert("k", "new")  # its first fire, at 20, waits for the run
+    life.advance(10)
+    life.keyed.pause("k")
+    life.advance(2)
+    life.keyed.resume("k")  # (the fire of 20: missed, CatchUp.SKIP; the next at 30)
+    life.finish("k", 10.0)
+    life.advance(1)
+    info = life.keyed.get("k")
+    assert info is not None and not info.running
+    assert info.state is KeyState.PENDING and info.next_run_at == datetime.fromtimestamp(T0 + 30, UTC)
+    life.close()

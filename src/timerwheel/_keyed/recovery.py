@@ -384,8 +384,10 @@ def resume(
     for rec, _, _ in plans:
         if rec.state is KeyState.PAUSED:  # (not applied: a callback replaced or removed it meanwhile)
             rec.state = KeyState.DISABLED if rec.next_run_at is None else KeyState.PENDING
-        elif rec.running and rec.state is not KeyState.INVALID:
+        elif rec.running and rec.state is not KeyState.INVALID and table.reschedule is Reschedule.BEFORE_RUN:
             table.set_state(rec, KeyState.RUNNING)  # (a run goes on: BEFORE_RUN, armed meanwhile)
+        # (else, a run of an older generation goes on, the key upserted meanwhile: it shows its plan, as
+        # after any upsert during a run; the run's end plans nothing of the newer generation)
 
 
 def set_paused(table: KeyTable, keys: list[Hashable] | None, paused: bool) -> int:
