@@ -755,10 +755,10 @@ class Oracle:
                 over = r.ended_wall
             elif died is None:
                 over = math.inf
-            elif after_finish:  # (a run cut by a kill: its end never came, and the next holder decides
-                over = r.wall  # the rest)
-            else:  # (the points that came until the kill were passed over: the store has the plan past
-                over = self._wall_at(died)  # them, which the next holder goes on from)
+            elif after_finish and not self._passes_over:  # (a run cut by a kill: its end never came, and
+                over = r.wall  # the next holder decides the rest)
+            else:  # (the points that came until the kill were passed over, skipped, or waited: the store
+                over = self._wall_at(died)  # has the plan past them, which the next holder goes on from)
             if point <= over:
                 return True
         return False
