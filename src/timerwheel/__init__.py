@@ -27,6 +27,7 @@ from ._keyed import (
     Recover,
     Reschedule,
 )
+from ._schedules import AnyOf, Every, Excluding
 from ._stores import MemoryStore, PostgresStore, SQLiteStore, StoreError
 from ._types import (
     AlreadyRunningError,
@@ -68,6 +69,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "BACKEND",
     "AlreadyRunningError",
+    "AnyOf",
     "AsyncScheduler",
     "Backpressure",
     "CatchUp",
@@ -75,6 +77,8 @@ __all__ = [
     "ClockError",
     "ClosedError",
     "Cron",
+    "Every",
+    "Excluding",
     "Fence",
     "HeapScheduler",
     "JobContext",

@@ -57,7 +57,7 @@ def _cronsim() -> Any:
     return cronsim
 
 
-def _zone(tz: Any) -> tzinfo:
+def zone(tz: Any) -> tzinfo:
     """An IANA zone name or a tzinfo as a tzinfo; ValueError (naming the zone) or TypeError otherwise."""
     if tz is None:
         return UTC
@@ -129,7 +129,7 @@ class Cron:
         if not isinstance(expr, str):
             raise TypeError(f"expr must be a cron expression (a str), not {type(expr).__name__}")
         self._cronsim = _cronsim()
-        self.tz = _zone(tz)
+        self.tz = zone(tz)
         self.expr = expr
         self._fields = _fields(expr)
         try:
