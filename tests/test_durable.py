@@ -998,6 +998,13 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
             "bad.* its triggered overlap is 'x'",
             id="trig-overlap",
         ),
+        pytest.param("keys", (*GOOD, -1), "bad.* its runs is -1, not an int >= 0", id="runs"),
+        pytest.param("keys", (*GOOD, 2.5), "bad.* its runs is 2.5", id="runs-real"),
+        pytest.param("keys", (*GOOD[:8], '{"max_runs":0}', None), "bad.* its max_runs is 0", id="max-runs"),
+        pytest.param(
+            "keys", (*GOOD[:8], '{"start":5,"end":4}', None), r"bad.* its end \(4\) is before", id="window"
+        ),
+        pytest.param("keys", (*GOOD[:8], '{"end":"x"}', None), "bad.* its end is 'x'", id="end"),
         pytest.param("fires", ("nope", 1, AT, 0, None, None, 1), "'nope'.* timerwheel_fires", id="fire-key"),
         pytest.param(
             "fires", (GOOD[0], -2, AT, 0, None, None, 1), "bad.* its generation is -2", id="fire-gen"
@@ -1016,7 +1023,11 @@ def test_a_row_it_cannot_read_is_a_store_error_naming_the_file_and_the_row(
 ) -> None:
     a_store_with_rows(path, clock)
     db = sqlite3.connect(path)  # (what another program, or a damaged disk, may leave)
-    db.execute(f"INSERT INTO timerwheel_{table} VALUES ({', '.join('?' * len(values))})", values)
+    columns = [r[1] for r in db.execute(f"PRAGMA table_info(timerwheel_{table})")][: len(values)]
+    db.execute(
+        f"INSERT INTO timerwheel_{table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(values))})",
+        values,
+    )
     db.commit()
     db.close()
     before = digest(path)
@@ -1053,12 +1064,12 @@ def test_a_store_reads_a_row_in_every_key_state(path: Path, clock: ManualClock) 
     for state in KeyState:  # (a paused key: a row of any state, paused)
         paused = state is KeyState.PAUSED
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?, NULL, NULL)",
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, ?, NULL, NULL, NULL, ?, NULL, NULL, 0)",
             (f'"{state.value}"', "disabled" if paused else state.value, paused),
         )
     for overlap in Overlap:  # (and every key's own overlap)
         db.execute(
-            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, 'disabled', NULL, NULL, NULL, 0, ?, NULL)",
+            "INSERT INTO timerwheel_keys VALUES (?, '{}', 1, 'disabled', NULL, NULL, NULL, 0, ?, NULL, 0)",
             (f'"{overlap.name}"', json.dumps({"overlap": overlap.value})),
         )
     db.commit()

@@ -24,6 +24,7 @@ from timerwheel import (
     StoreError,
     ThreadedScheduler,
 )
+from timerwheel._stores.sqlite import SCHEMA_VERSION as SQLITE_SCHEMA
 from timerwheel.testing import ManualClock, wait_until_idle
 
 from . import test_durable as durable
@@ -288,8 +289,10 @@ def test_a_file_of_version_1_is_migrated_and_its_keys_are_not_paused(
     life.keyed.pause("k")
     life.keyed.close()
     db = sqlite3.connect(path)
-    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone() == ("3",)
-    assert db.execute("SELECT paused, options FROM timerwheel_keys").fetchone() == (1, None)
+    assert db.execute("SELECT value FROM timerwheel_meta WHERE name = 'schema'").fetchone() == (
+        str(SQLITE_SCHEMA),
+    )
+    assert db.execute("SELECT paused, options, runs FROM timerwheel_keys").fetchone() == (1, None, 0)
     db.close()
 
 

@@ -268,6 +268,7 @@ def test_a_version_4_schema_is_migrated_and_its_processes_keys_go_to_the_new_one
     sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN paused")  # (version 6's)
     sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN options")  # (version 7's)
     sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN triggered")  # (version 7's)
+    sql(dsn, "ALTER TABLE timerwheel_keys DROP COLUMN runs")  # (version 8's)
     sql(dsn, "ALTER TABLE timerwheel_keys ADD COLUMN lease_until timestamptz")
     sql(dsn, "CREATE TABLE timerwheel_owners (id text PRIMARY KEY, lease_until timestamptz NOT NULL)")
     sql(
@@ -2233,3 +2234,27 @@ def test_a_trigger_its_holder_never_ran_is_run_by_the_process_that_claims_the_ke
     wait_for(lambda: runs[("k", round(at, 6))] == 1, 5.0, "the claimer runs the trigger")
     a.close()
     assert sum(runs.values()) == 1
+
+
+@pytest.mark.realtime
+def test_a_keys_count_of_runs_is_the_databases_and_an_upsert_elsewhere_adopts_it(dsn: str) -> None:
+    """a runs k (every 0.2 s, max_runs=3) three times, counted in the database; b, which never held k,
+    upserts it with max_runs=4: the put answers the count (3), so b runs it once more, not four times.
+    Tolerance: 5 s for a loaded CI machine to run a few fires 0.2 s apart."""
+    runs: collections.Counter[Any] = collections.Counter()
+    a = Node(dsn, runs)
+    a.keyed.upsert("k", max_runs=3)
+    wait_for(lambda: sum(runs.values()) == 3, 5.0, "three runs")
+    wait_for(lambda: a.keyed.get("k").state is KeyState.DISABLED, 5.0, "then disabled")  # type: ignore[union-attr]
+    assert sql(dsn, "SELECT runs, state, next_run_at FROM timerwheel_keys") == [(3, "disabled", None)]
+    b = Node(dsn, runs)
+    b.keyed.upsert("k", {"v": 2}, max_runs=4)
+    info = b.keyed.get("k")
+    assert info is not None and info.runs == 3 and info.max_runs == 4
+    wait_for(lambda: sum(runs.values()) == 4, 5.0, "one more run")
+    wait_for(lambda: b.keyed.get("k").state is KeyState.DISABLED, 5.0, "disabled again")  # type: ignore[union-attr]
+    time.sleep(0.5)  # (no fifth run comes)
+    assert sum(runs.values()) == 4 and max(runs.values()) == 1
+    assert sql(dsn, "SELECT runs FROM timerwheel_keys") == [(4,)]
+    a.close()
+    b.close()

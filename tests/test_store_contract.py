@@ -18,6 +18,9 @@ A new store is correct when it passes this suite. The guarantees:
 - a key's options are what its latest put() or replace() wrote, and every other write keeps them; a
   trigger not run yet is kept by a local store as its writes give it, and by a shared store as
   trigger() set it, until a take of a fire at or after it, an upsert or a pause;
+- a key's count of runs: a local store keeps what every write gives; a shared store counts the take of
+  each new fire (not a rerun, nor the same take again), keeps it across put() and replace(), and answers
+  it (Put); delete() forgets it;
 - bad input is refused with an error naming it, and leaves the store as it was.
 """
 
@@ -344,6 +347,39 @@ def test_a_keys_options_are_what_its_latest_change_wrote_and_survive_every_other
     g = store.put(row("b", gb))  # (an upsert without options: the KeyedScheduler's again)
     store = backend.crash_and_reopen(store)
     assert backend.keys(store)["b"].options is None
+
+
+def test_a_keys_count_of_runs_is_counted_by_takes_kept_by_changes_and_forgotten_by_delete(
+    backend: Backend,
+) -> None:
+    """A local store keeps the count every write gives (the KeyedScheduler counts); a shared store counts
+    the take of each new fire itself (a rerun and the same take again are the run they were), leaves the
+    count to put() and replace(), which answer it, and delete() forgets it."""
+    durable(backend)
+    store = backend.open()
+    g = store.put(row("a"))
+    taken = row("a", g, state="running", at=None)._replace(runs=1)
+    assert store.start_fire(taken, T, T, False) == 1
+    assert store.start_fire(taken, T, T, False) == 1  # (the same take again: no more runs)
+    assert store.start_fire(taken._replace(runs=2), T + US, T + US, False) == 1
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["a"].runs == 2
+    if backend.shared:  # (the next holder claims the key first)
+        backend.claim_all(store)  # type: ignore[attr-defined]
+    assert store.start_fire(taken._replace(runs=2), T + US, T + 5 * US, True) == 2  # (a rerun)
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["a"].runs == 2
+    g2 = store.put(row("a", g + 1)._replace(runs=0 if backend.shared else 2))
+    assert getattr(g2, "runs", 2) == 2  # (a shared store answers its count)
+    (g3,) = store.replace([row("a", g2 + 1)._replace(runs=0 if backend.shared else 2)], [])
+    assert getattr(g3, "runs", 2) == 2
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["a"].runs == 2
+    assert store.delete("a")
+    g4 = store.put(row("a"))
+    assert getattr(g4, "runs", 0) == 0
+    store = backend.crash_and_reopen(store)
+    assert backend.keys(store)["a"].runs == 0
 
 
 def test_a_generation_never_goes_back(backend: Backend) -> None:

@@ -9,7 +9,8 @@ These are the engine's own classes, of the build in use (compiled or pure Python
 - `TimerStore`: what the engine needs from its store of timers (`TimerWheel`, or a heap).
 - `TIMER_KINDS`: the values a `Timer` subclass's `kind` may take (what `Stats` counts it as).
 - `KeyStore`: what a KeyedScheduler needs of a store of keys; `StoredKey`, `StoredFire` and
-  `FinishedFire` are the rows it reads and writes; `SharedHolder`: what a shared store calls of the
+  `FinishedFire` are the rows it reads and writes; `Put`: what a store that counts runs itself answers
+  for a put; `SharedHolder`: what a shared store calls of the
   KeyedScheduler it serves.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._stores import FinishedFire, KeyStore, SharedHolder, StoredFire, StoredKey
+from ._stores import FinishedFire, KeyStore, Put, SharedHolder, StoredFire, StoredKey
 
 if TYPE_CHECKING:
     from ._engine.scheduler import TIMER_KINDS, Driver, Run, Timer, TimerStore, WallTimer
@@ -29,6 +30,7 @@ __all__ = [
     "Driver",
     "FinishedFire",
     "KeyStore",
+    "Put",
     "Run",
     "SharedHolder",
     "StoredFire",

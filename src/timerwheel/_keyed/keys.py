@@ -144,6 +144,12 @@ class KeyInfo(NamedTuple):
             `jitter=`, else the KeyedScheduler's).
         spread: the most its fires are delayed by, all by one amount, the key's own (seconds; upsert's
             `spread=`, else the KeyedScheduler's).
+        start: the key's window opens (an aware UTC datetime, upsert's `start=`): no fire of a point of
+            its schedule before it; or None.
+        end: the key's window closes (upsert's `end=`): no fire of a point after it; or None.
+        max_runs: the key's runs at most (upsert's `max_runs=`), or None: no limit.
+        runs: the key's fires taken to run so far (a rerun of an interrupted fire is the same run), kept
+            across upserts and restarts; remove() forgets it.
     """
 
     key: Hashable
@@ -156,14 +162,31 @@ class KeyInfo(NamedTuple):
     overlap: Overlap = Overlap.QUEUE_ONE
     jitter: float = 0.0
     spread: float = 0.0
+    start: datetime | None = None
+    end: datetime | None = None
+    max_runs: int | None = None
+    runs: int = 0
 
 
 class Options(NamedTuple):
-    """A key's own options (upsert's overlap=, jitter=, spread=); None in a field: the KeyedScheduler's."""
+    """A key's own options (upsert's overlap=, jitter=, spread=, start=, end=, max_runs=); None in a
+    field: the KeyedScheduler's (for the window and the count, which are a key's only: none). `start` and
+    `end` are POSIX seconds, whole microseconds."""
 
     overlap: Overlap | None = None
     jitter: float | None = None
     spread: float | None = None
+    start: float | None = None
+    end: float | None = None
+    max_runs: int | None = None
+
+    @property
+    def shaped(self) -> bool:
+        """Whether these options change the key's plan (its delays, its window, its count): it is then
+        made by KeyTable.evaluate, not inline."""
+        return bool(self.jitter or self.spread) or (
+            self.start is not None or self.end is not None or self.max_runs is not None
+        )
 
 
 class Trigger(NamedTuple):
@@ -229,6 +252,7 @@ class Key(WallTimer):
         "resumed",
         "retake",
         "running",
+        "runs",
         "state",
         "taking",
         "triggered",
@@ -246,6 +270,7 @@ class Key(WallTimer):
         self.state = KeyState.DISABLED
         self.next_run_at: float | None = None  # POSIX seconds
         self.running = 0
+        self.runs = 0  # (its fires taken to run, across generations: see KeyInfo.runs)
         # Paused (KeyedScheduler.pause): never armed until resumed. `state` and `next_run_at` go on saying
         # what the key would do (its plan: the fire the pause holds back), and KeyInfo shows PAUSED.
         self.paused = False
@@ -287,11 +312,12 @@ class Key(WallTimer):
         started: float | None = None,
         options: Options | Own | None = OWN,
         triggered: Trigger | Own | None = OWN,
+        runs: int | None = None,
     ) -> StoredKey:
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
         error), its latest started fire (`started`, or its own), its options (or its own) and its
-        trigger not run yet (`triggered`, or its own, if of that generation). The one place a row is
-        made."""
+        trigger not run yet (`triggered`, or its own, if of that generation), its count of runs (`runs`,
+        or its own). The one place a row is made."""
         latest = self.last_scheduled_for if started is None else started
         text = options_text(self.options if options is OWN else options)
         trigger = self.triggered if triggered is OWN else triggered
@@ -307,6 +333,7 @@ class Key(WallTimer):
             self.paused,
             text,
             pending,
+            self.runs if runs is None else runs,
         )
 
     def fire(self) -> None:
@@ -318,6 +345,8 @@ class Key(WallTimer):
         # store still gets when a run that goes on past close() ends)
         closed = self.owner.closed
         at = None if closed or self.paused else self.next_run_at
+        own = self.options
+        force = effective(own, self.owner.defaults)
         return _new_info(
             KeyInfo,
             (
@@ -328,7 +357,13 @@ class Key(WallTimer):
                 self.running > 0,
                 self.last_error,
                 self.generation,
-                *effective(self.options, self.owner.defaults),
+                force.overlap,
+                force.jitter,
+                force.spread,
+                None if own is None or own.start is None else from_posix(own.start, UTC),
+                None if own is None or own.end is None else from_posix(own.end, UTC),
+                None if own is None else own.max_runs,
+                self.runs,
             ),
         )
 
@@ -372,6 +407,32 @@ def delayed(
     return _delayed_point(key, point, next_after(point), jitter, spread)
 
 
+def windowed(
+    next_after: Callable[[float], float | BaseException | None], start: float | None, end: float | None
+) -> Callable[[float], float | BaseException | None]:
+    """A key's schedule in its window (upsert's start=, end=: POSIX seconds, or None): next_after(t) is
+    the first point after t, as `next_after` gives it, that is in [start, end]; None past the end. Before
+    the window, the schedule's first point at or after `start`: the point at `start` if there is one (its
+    first point after start - 1 µs is start), else its first point after start (asked at start itself, so
+    that a schedule counted from now, now + an interval, counts from start). A point in the past that the
+    schedule gives before the window opens (a one-off that is overdue) comes due at `start`."""
+
+    def inside(t: float) -> float | BaseException | None:
+        if start is not None and t < start:
+            point = next_after(start - 1e-6)
+            if isinstance(point, float) and point != start:
+                point = next_after(start)
+            if isinstance(point, float) and point < start:
+                point = start
+        else:
+            point = next_after(t)
+        if isinstance(point, float) and end is not None and point > end:
+            return None
+        return point
+
+    return inside
+
+
 DELAY_POINTS = 64  # (points before now that delayed() looks at, at most)
 
 
@@ -396,15 +457,23 @@ def _unit(text: str) -> float:
     )
 
 
-def options(overlap: Overlap | None, jitter: float | None, spread: float | None) -> Options | None:
+def options(
+    overlap: Overlap | None,
+    jitter: float | None,
+    spread: float | None,
+    start: float | None = None,
+    end: float | None = None,
+    max_runs: int | None = None,
+) -> Options | None:
     """A key's own options (one object for each distinct set: many keys share it), or None: none."""
-    if overlap is None and jitter is None and spread is None:
+    made = Options(overlap, jitter, spread, start, end, max_runs)
+    if made == _NONE:
         return None
-    made = Options(overlap, jitter, spread)
     return _INTERNED.setdefault(made, made)
 
 
 _INTERNED: dict[Options, Options] = {}
+_NONE = Options()
 
 
 def effective(own: Options | None, defaults: Options) -> Options:
@@ -415,6 +484,9 @@ def effective(own: Options | None, defaults: Options) -> Options:
         defaults.overlap if own.overlap is None else own.overlap,
         defaults.jitter if own.jitter is None else own.jitter,
         defaults.spread if own.spread is None else own.spread,
+        own.start,
+        own.end,
+        own.max_runs,
     )
 
 
@@ -427,6 +499,7 @@ def options_text(own: Options | None) -> str | None:
     if text is None:
         fields = {"overlap": None if own.overlap is None else own.overlap.value}
         fields.update(jitter=own.jitter, spread=own.spread)  # type: ignore[arg-type]
+        fields.update(start=us(own.start), end=us(own.end), max_runs=own.max_runs)  # type: ignore[arg-type]
         kept = {k: v for k, v in fields.items() if v is not None}
         text = _TEXTS[own] = json.dumps(kept, separators=(",", ":"))
     return text
@@ -456,7 +529,14 @@ def options_of(text: str | None) -> Options | None:
         return None
     stored = json.loads(text)
     overlap = stored.get("overlap")
-    return options(None if overlap is None else Overlap(overlap), stored.get("jitter"), stored.get("spread"))
+    return options(
+        None if overlap is None else Overlap(overlap),
+        stored.get("jitter"),
+        stored.get("spread"),
+        seconds_of(stored.get("start")),
+        seconds_of(stored.get("end")),
+        stored.get("max_runs"),
+    )
 
 
 class Stored(str):

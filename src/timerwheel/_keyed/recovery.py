@@ -157,6 +157,9 @@ def decide(
         run = []
     else:
         run = sorted(set(runnable))[: policy.max_catch_up]
+    limit = None if rec.options is None else rec.options.max_runs
+    if limit is not None:  # (a key that may run only so many times more: the earliest of them run)
+        run = run[: max(0, limit - rec.runs - sum(1 for _, rerun in queue if not rerun))]
     chosen = set(run)
     plan.skipped = [m for m in missed if m not in chosen]
     queue += [(m, False) for m in run]

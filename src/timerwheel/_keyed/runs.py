@@ -61,6 +61,7 @@ class Start(NamedTuple):
     error: BaseException | None
     row: StoredKey | None
     trigger: Trigger | None  # (the key's trigger, if this fire is its)
+    runs: int  # (the key's count of runs once it is taken: one more, but for a rerun)
 
 
 class Runs:
@@ -307,6 +308,8 @@ class Runs:
             return None
         if rec.paused:  # (paused since it fired: the fire stays its plan, next_run_at or its queue's head)
             return None
+        if self._spent(rec, generation, scheduled_for, rerun):
+            return None
         if rec.running and self._overlapping(rec, generation, scheduled_for, rerun):
             return None  # (a run of its key goes: it waits for the run, or it was skipped)
         try:
@@ -322,6 +325,7 @@ class Runs:
             return None
         at: float | None
         error: BaseException | None
+        runs = rec.runs if rerun else rec.runs + 1  # (a rerun is the run it was, counted then)
         queue = rec.catch_up
         rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
         if rest:  # more catch-up fires follow this one: the next is the next run
@@ -332,7 +336,7 @@ class Runs:
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = advancing(
-                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)),
+                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun), runs=runs),
                 scheduled_for,
             )
             state, at, last_error = outcome_of(rec, result)
@@ -349,6 +353,7 @@ class Runs:
                 last_error,
                 latest_started(rec, scheduled_for, rerun),
                 triggered=None if trigger is not None else OWN,  # (its take clears it)
+                runs=runs,
             )
         rec.running += 1
         retake = rec.retake
@@ -371,7 +376,32 @@ class Runs:
             error,
             row,
             trigger,
+            runs,
         )
+
+    def _spent(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> bool:
+        """Under the lock: whether the fire is one of a key that has run its max_runs already (a plan
+        made before the count was known): it does not run, and the key plans no more (its queue's next
+        fire, a rerun or a trigger, else DISABLED; a durable store gets the row). A rerun is the run it
+        was, and a trigger's fire runs all the same: neither is spent."""
+        own = rec.options
+        if own is None or own.max_runs is None or rerun or rec.runs < own.max_runs:
+            return False
+        if self._trigger_of(rec, generation, scheduled_for, rerun) is not None:
+            return False
+        t = self.table
+        queue = rec.catch_up
+        if queue and queue[0][0] == scheduled_for:
+            rec.catch_up = queue[1:] or None
+        at = rec.catch_up[0][0] if rec.catch_up else None
+        state = KeyState.PENDING if at is not None else KeyState.DISABLED
+        if rec.state is KeyState.RUNNING:
+            state = KeyState.RUNNING  # (a run of it goes on)
+        if t.durable:  # (a store that fails: written at the key's next write)
+            row = rec.row(t.encode(rec.data), generation, state, at, rec.last_error)
+            self.journal.write(self.journal.save, [row], [], f"key {rec.key!r}, which ran its max_runs")
+        t.apply(rec, state, at, rec.last_error)
+        return True
 
     def _trigger_of(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> Trigger | None:
         """The key's trigger, if this fire is its."""
@@ -568,6 +598,7 @@ class Runs:
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
             rec.catch_up = start.rest or None
             rec.last_scheduled_for = latest_started(rec, scheduled_for, start.rerun)
+            rec.runs = max(rec.runs, start.runs)  # (counted: its take wrote the count, or made it)
             if start.trigger is not None and rec.triggered is start.trigger:
                 rec.triggered = None  # (run: its take cleared it in the store)
         if start.trigger is not None and start.trigger.kept is not None:

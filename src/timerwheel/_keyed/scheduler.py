@@ -45,6 +45,7 @@ from .keys import (
     Reschedule,
     check_key,
     checked_key,
+    micro,
     options,
 )
 from .recovery import apply_all, decide_all, load, set_paused, trigger
@@ -216,8 +217,8 @@ class KeyedScheduler:
         self._keys = table.keys  # (the same dict, for the hot paths)
         # upsert() takes its common case inline, but never under an AsyncScheduler nor with a durable
         # store (they go through _upsert(): its checks, and the store's commit first), nor once a key's
-        # fires may be delayed (jitter, spread: KeyTable.evaluate plans them)
-        self._inline = not table.is_async and not table.durable and not table.delays
+        # plan may be shaped by its options (jitter, spread, a window, a count: KeyTable.evaluate plans it)
+        self._inline = not table.is_async and not table.durable and not table.shaped
         self._journal = Journal(table)
         self._runs = Runs(table, self._journal, run, context=context, run_timeout=run_timeout)
         self._shared_keys = SharedKeys(table, self._journal)
@@ -374,28 +375,43 @@ class KeyedScheduler:
         overlap: Overlap | None = None,
         jitter: float | None = None,
         spread: float | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        max_runs: int | None = None,
     ) -> None:
         """Add a key, or replace its data (a new generation), and (re)compute its next run. A known key's
         armed timer is moved, not removed and added. A next_run that fails makes the key INVALID.
 
         The key's own options, each None for the KeyedScheduler's: `overlap` (what its fire does when it
         comes while a run of it goes: an Overlap), `jitter` and `spread` (seconds its fires are delayed
-        by, at most: each by its own amount, or all by one; see KeyedScheduler). Like the data, they are
-        what this upsert says: an upsert without them gives the key the KeyedScheduler's again. A durable
-        store keeps them with the key.
+        by, at most: each by its own amount, or all by one; see KeyedScheduler). The key's window and
+        count, a key's only: `start` and `end` (aware datetimes: no fire of a point of its schedule
+        before start or after end; its first fire is its schedule's first point at or after start) and
+        `max_runs` (once the key has run so many times, counted across upserts by KeyInfo.runs, it plans
+        no more fires: DISABLED; a trigger still runs it). Like the data, they are what this upsert
+        says: an upsert without them gives the key the KeyedScheduler's again (no window, no limit). A
+        durable store keeps them with the key.
 
         Raises:
-            TypeError: the key is not hashable; overlap not an Overlap; jitter or spread not a number.
-                ValueError: a negative or infinite jitter or spread. RuntimeError: the KeyedScheduler
-                is closed.
+            TypeError: the key is not hashable; overlap not an Overlap; jitter or spread not a number;
+                start or end not a datetime; max_runs not an int. ValueError: a negative or infinite
+                jitter or spread; a naive start or end, or an end before the start; max_runs < 1.
+                RuntimeError: the KeyedScheduler is closed.
             ClosedError: its scheduler is closed. NotStartedError: its scheduler has no clock yet (an
                 AsyncScheduler made outside a loop and not started). A wall clock that fails raises what
                 it raised. In each case nothing changed.
         """
         t = self._table
         own = None
-        if overlap is not None or jitter is not None or spread is not None:
-            own = _options(overlap, jitter, spread)
+        if (
+            overlap is not None
+            or jitter is not None
+            or spread is not None
+            or start is not None
+            or end is not None
+            or max_runs is not None
+        ):
+            own = _options(overlap, jitter, spread, start, end, max_runs)
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         pending: Pending | None = None
         if lock is not None:
@@ -412,7 +428,7 @@ class KeyedScheduler:
                 or not self._inline
                 or t.closed
                 or (rec is not None and (rec.running or rec.paused))
-                or (own is not None and (own.jitter or own.spread))
+                or (own is not None and own.shaped)
                 or (driver is not None and lifecycle_of(driver) is _CLOSED)
             ):
                 pending = self._upsert(rec, key, data, own)
@@ -472,13 +488,16 @@ class KeyedScheduler:
         overlap: Overlap | None = None,
         jitter: float | None = None,
         spread: float | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        max_runs: int | None = None,
     ) -> None:
         """upsert(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited, never
         waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
         for). Raises what upsert() raises, and the store's StoreError."""
         t = self._table
         t.check_caller()
-        own = _options(overlap, jitter, spread)
+        own = _options(overlap, jitter, spread, start, end, max_runs)
         pending = self._upsert(self._keys.get(checked_key(key)), key, data, own)
         if pending is not None:
             await self._shared_keys.wait_async(pending)
@@ -507,16 +526,16 @@ class KeyedScheduler:
                         ctx.cancelled.set()
                 rec.data = data
                 rec.generation += 1
-                if own is not None and (own.jitter or own.spread):
-                    t.delays = True
-                    self._inline = False  # (a delayed key's plan is made by KeyTable.evaluate)
+                if own is not None and own.shaped:
+                    t.shaped = True
+                    self._inline = False  # (a shaped key's plan is made by KeyTable.evaluate)
                 rec.options = own
                 rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 t.plan(rec, wall_now)
                 return None
             encode_key(key)
-            if own is not None and (own.jitter or own.spread):
-                t.delays = True
+            if own is not None and own.shaped:
+                t.shaped = True
             change = t.change(key, t.encode(data), t.wall_now(), own)
             if not t.shared:
                 t.changed(change, t.store.put(change.row))
@@ -770,7 +789,9 @@ class KeyedScheduler:
             return KeyedStats(keys=len(self._keys), **t.counts)
 
 
-def _options(overlap: Any, jitter: Any, spread: Any) -> Options | None:
+def _options(
+    overlap: Any, jitter: Any, spread: Any, start: Any = None, end: Any = None, max_runs: Any = None
+) -> Options | None:
     """A key's own options (or the KeyedScheduler's), checked: TypeError or ValueError naming the one."""
     if overlap is not None:
         member(overlap, Overlap, "overlap")
@@ -778,7 +799,32 @@ def _options(overlap: Any, jitter: Any, spread: Any) -> Options | None:
         jitter = _delay(jitter, "jitter")
     if spread is not None:
         spread = _delay(spread, "spread")
-    return options(overlap, jitter, spread)
+    opens = None if start is None else _instant(start, "start")
+    closes = None if end is None else _instant(end, "end")
+    if opens is not None and closes is not None and closes < opens:
+        raise ValueError(f"end ({end.isoformat()}) must not be before start ({start.isoformat()})")
+    if max_runs is not None:
+        if type(max_runs) is not int:
+            raise TypeError(f"max_runs must be an int (or None), not {type(max_runs).__name__}")
+        if max_runs < 1:
+            raise ValueError(f"max_runs must be >= 1 (or None), got {max_runs}")
+    return options(overlap, jitter, spread, opens, closes, max_runs)
+
+
+def _instant(value: Any, name: str) -> float:
+    """An aware datetime as POSIX seconds, whole microseconds (what a store keeps): TypeError or
+    ValueError naming it."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be an aware datetime (or None), not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{name} must be an aware datetime, got the naive {value!r}")
+    try:
+        at = micro(value.timestamp()) / 1_000_000
+    except (OverflowError, ValueError) as exc:
+        raise ValueError(f"{name} is out of range ({exc})") from None
+    if not MIN_POSIX <= at <= MAX_POSIX:
+        raise ValueError(f"{name} must be a time a UTC datetime can show, got {value!r}")
+    return at
 
 
 def _delay(value: Any, name: str) -> float:

@@ -9,14 +9,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .._clock import utc_not_after
 from .._drivers import check_caller
 from .._engine import Scheduler, log_safely
-from .._stores import KeyStore, StoredFire, StoredKey
+from .._stores import KeyStore, Put, StoredFire, StoredKey
 from .keys import (
     MAX_POSIX,
     MIN_POSIX,
@@ -39,6 +39,7 @@ from .keys import (
     seconds_of,
     trigger_of,
     value_of,
+    windowed,
 )
 
 logger = logging.getLogger("timerwheel")
@@ -56,6 +57,8 @@ class Change(NamedTuple):
     result: Any
     row: StoredKey
     options: Options | None
+    wall_now: float  # (when its plan was made)
+    runs: int  # (the key's count of runs its plan was made with)
 
 
 class KeyTable:
@@ -86,12 +89,13 @@ class KeyTable:
         self.policy = policy
         self.reschedule = policy.reschedule
         # The options of a key that has none of its own (every field set: an overlap of None resolves by
-        # the reschedule mode); `delays`: whether any key's fires may be delayed (jitter, spread)
+        # the reschedule mode); `shaped`: whether any key's plan may be shaped by options (its fires
+        # delayed by jitter or spread, a window, a count of runs): KeyTable.evaluate then looks for them
         overlap = defaults.overlap or (
             Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
         )
         self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0)
-        self.delays = bool(self.defaults.jitter or self.defaults.spread)
+        self.shaped = bool(self.defaults.jitter or self.defaults.spread)
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
         self.on_state_change = on_state_change
@@ -179,9 +183,10 @@ class KeyTable:
         rec.last_error = row.last_error
         rec.paused = bool(row.paused)
         rec.options = options_of(row.options)
-        if rec.options is not None and (rec.options.jitter or rec.options.spread):
-            self.delays = True
+        if rec.options is not None and rec.options.shaped:
+            self.shaped = True
         rec.triggered = None if row.triggered is None else trigger_of(row.triggered, row.generation)
+        rec.runs = row.runs
         return rec
 
     def forget(self, key: Hashable, cancel: bool | None = None) -> None:
@@ -191,6 +196,7 @@ class KeyTable:
         self.loaded.discard(key)
         self.paused_fires.pop(key, None)
         rec.paused = False  # (its pause goes with it: a key added again is not paused)
+        rec.runs = 0  # (and its count of runs: a key added again starts from none)
         rec.handed = None
         if self.shared:
             self.taken(key)  # (a tombstone: what the database said before now does not bring it back)
@@ -246,20 +252,41 @@ class KeyTable:
             raise TypeError(f"data must be JSON-serializable with a durable store: {exc}") from None
 
     def evaluate(
-        self, key: Hashable, data: Any, wall_now: float, own: Options | Own | None = OWN
+        self,
+        key: Hashable,
+        data: Any,
+        wall_now: float,
+        own: Options | Own | None = OWN,
+        runs: int | None = None,
     ) -> float | BaseException | None:
-        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error. A key whose
-        fires are delayed (jitter, spread: its own options, `own` or the record's, else the
-        KeyedScheduler's) gets the first of its delayed fires after `wall_now` (see delayed)."""
-        if self.delays:
+        """next_run at the wall time `wall_now`: POSIX seconds, None (disabled), or the error. A key's own
+        options (`own`, or the record's) shape it: a key that has run `max_runs` times (`runs`, or the
+        record's count) has no next fire; a window (start, end) keeps the points in it; a key whose fires
+        are delayed (jitter, spread: its own, else the KeyedScheduler's) gets the first of its delayed
+        fires after `wall_now` (see delayed)."""
+        if self.shaped:
             rec = self.keys.get(key) or self.gone.get(key)
             if own is OWN:
                 own = None if rec is None else rec.options
             force = effective(own, self.defaults)
+            if force.max_runs is not None:
+                if runs is None:
+                    runs = 0 if rec is None else rec.runs
+                if runs >= force.max_runs:
+                    return None
+
+            def schedule(t: float) -> float | BaseException | None:
+                return self._next(key, data, t)
+
+            next_after: Callable[[float], float | BaseException | None] = schedule
+
+            if force.start is not None or force.end is not None:
+                next_after = windowed(next_after, force.start, force.end)
             jitter, spread = force.jitter or 0.0, force.spread or 0.0
             if jitter or spread:
                 started = None if rec is None else rec.last_scheduled_for
-                return delayed(lambda t: self._next(key, data, t), key, wall_now, jitter, spread, started)
+                return delayed(next_after, key, wall_now, jitter, spread, started)
+            return next_after(wall_now)
         return self._next(key, data, wall_now)
 
     def _next(self, key: Hashable, data: Any, wall_now: float) -> float | BaseException | None:
@@ -407,11 +434,14 @@ class KeyTable:
             rec = self.new_record(key, Stored(encoded))
         state, at, last_error = outcome_of(rec, result)
         row = rec.row(encoded, rec.generation + 1, state, at, last_error, options=own)
-        return Change(rec, encoded, state, at, last_error, result, row, own)
+        return Change(rec, encoded, state, at, last_error, result, row, own, wall_now, rec.runs)
 
-    def changed(self, change: Change, generation: int) -> None:
-        """A change that the store committed, at `generation` (the store's: one above any generation it
-        ever held for the key, or, a shared store, above any other process's): applied."""
+    def changed(self, change: Change, stored: int | Put) -> None:
+        """A change that the store committed, at the generation it answered (the store's: one above any
+        generation it ever held for the key, or, a shared store, above any other process's), with the
+        key's count of runs if it answered one (Put: a shared store counts them): applied. A count other
+        than the one the plan was made with plans the key again, if its max_runs makes it matter."""
+        generation, runs = int(stored), stored.runs if isinstance(stored, Put) else None
         key = change.row.key
         rec = self.keys.get(key)
         if rec is None:  # (new; or removed, or taken over, meanwhile: the commit holds it again)
@@ -426,6 +456,11 @@ class KeyTable:
         rec.generation = generation
         rec.options = change.options
         rec.catch_up = None  # (an older generation's catch-up is not this one's)
+        if runs is not None:
+            rec.runs = runs
+        if runs is not None and runs != change.runs and change.options and change.options.max_runs:
+            self.plan(rec, change.wall_now)
+            return
         error = change.result if isinstance(change.result, BaseException) else None
         self.apply(rec, change.state, change.at, change.last_error, error)
 
@@ -433,7 +468,7 @@ class KeyTable:
         self,
         changes: list[Change],
         removed: list[Hashable],
-        generations: list[int],
+        generations: Sequence[int | Put],
         applies: Callable[[Hashable], bool] | None = None,
     ) -> None:
         """A replace_all() that the store committed, at `generations` (one per change): the removed keys

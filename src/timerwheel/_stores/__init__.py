@@ -3,7 +3,8 @@ SQLiteStore (a file: keys, their next runs and a fire log survive a restart, and
 and PostgresStore (one schedule shared by many processes).
 
 A store holds, per key: the key (a str or an int), its data (JSON), generation, state, next_run_at, the
-scheduled time of its last fire, last_error, and whether it is paused; and a fire log keyed by (key,
+scheduled time of its last fire, last_error, whether it is paused, its own options, its trigger not run
+yet and its count of runs; and a fire log keyed by (key,
 generation, scheduled_for): a row is written, "started", in the same transaction that moves the key on,
 before the run; and marked "finished" after it. Nothing executable is ever stored: next_run and run are
 code, given to the KeyedScheduler.
@@ -17,7 +18,7 @@ rows.py; a shared store calls back the SharedHolder protocol.
 from .memory import MemoryStore
 from .postgres import PostgresStore
 from .protocols import KeyStore, SharedHolder
-from .rows import TAKE_PAUSED, FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from .rows import TAKE_PAUSED, FinishedFire, Put, StoredFire, StoredKey, StoreError, decode_key, encode_key
 from .sqlite import SQLiteStore, abandon
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "KeyStore",
     "MemoryStore",
     "PostgresStore",
+    "Put",
     "SQLiteStore",
     "SharedHolder",
     "StoreError",

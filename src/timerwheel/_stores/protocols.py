@@ -3,10 +3,10 @@ SharedHolder (what a shared store calls back, from its own threads, on the sched
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Protocol
 
-from .rows import FinishedFire, StoredFire, StoredKey
+from .rows import FinishedFire, Put, StoredFire, StoredKey
 
 
 class KeyStore(Protocol):
@@ -48,20 +48,22 @@ class KeyStore(Protocol):
         """Every stored key (an iterable, read once), and the fires started and never finished."""
         ...
 
-    def put(self, row: StoredKey) -> int:
+    def put(self, row: StoredKey) -> int | Put:
         """A user's change of a key (upsert): insert or replace its row (committed). Returns the
         generation stored: for a key that is stored, row.generation, or the generation stored if that is
         higher (a put that raised after its commit may have left the key there, ahead of the caller's
         memory); for a key that is not, at least one above the highest generation ever deleted from the
         store (a key's generation never goes back, across delete() and replace()); for a shared store,
-        one above any other process stored. The caller adopts the generation returned."""
+        one above any other process stored. The caller adopts the generation returned. A store that
+        counts the key's runs itself (StoredKey.runs: a shared store, where the caller may not have held
+        the key) returns Put(generation, runs), and the caller adopts the count too."""
         ...
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> Sequence[int | Put]:
         """replace_all(): delete every removed key, and every other key not in rows, and put every row, in
         one transaction (a shared store may be given None: it knows every key). Returns the generations
         stored, in the order of rows, each as put() would (a key removed by this call and in rows gets a
-        generation above the one removed)."""
+        generation above the one removed), or Put(generation, runs) as put() may."""
         ...
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:

@@ -40,6 +40,28 @@ class StoredKey(NamedTuple):
     # clears it; the take of a fire of the key at or after `at` clears it (a shared store's take does,
     # in the database); a local store keeps what every write gives.
     triggered: str | None = None
+    # The key's fires taken to run (KeyInfo.runs), across its generations: a take of a new fire counts one
+    # (a local store keeps what the take's row gives; a shared store counts it in the database, and put
+    # and replace leave it); delete() forgets it.
+    runs: int = 0
+
+
+class Put(int):
+    """What a store that counts a key's runs itself (a shared store: StoredKey.runs) answers for a put
+    (and for each row of a replace): the generation stored, an int, with the count of runs the key has
+    there (`runs`)."""
+
+    runs: int
+
+    def __new__(cls, generation: int, runs: int) -> Put:
+        made = int.__new__(cls, generation)
+        made.runs = runs
+        return made
+
+    def __repr__(self) -> str:
+        return f"Put({int(self)}, runs={self.runs})"
+
+    __str__ = int.__repr__  # (str() of an int subclass would be its repr: as a number, like an int's)
 
 
 #: What a shared store's take answers for a fire of a paused key (KeyStore.start_fire): not taken, and
@@ -151,7 +173,7 @@ def _check_options(o: Any) -> None:
     options = _json_object("options", o)
     if options is None:
         return
-    unknown = sorted(set(options) - {"overlap", "jitter", "spread"})
+    unknown = sorted(set(options) - {"overlap", "jitter", "spread", "start", "end", "max_runs"})
     if unknown:
         raise ValueError(
             f"its options have {', '.join(map(repr, unknown))}, which this timerwheel does not know"
@@ -161,6 +183,14 @@ def _check_options(o: Any) -> None:
         value = options.get(name)
         if value is not None and not (type(value) in (int, float) and 0 <= value <= 1e9):
             raise ValueError(f"its {name} is {value!r}, not a number of seconds from 0 to 1e9")
+    for name in ("start", "end"):
+        _check_time(name, options.get(name))
+    start, end = options.get("start"), options.get("end")
+    if start is not None and end is not None and end < start:
+        raise ValueError(f"its end ({end}) is before its start ({start})")
+    max_runs = options.get("max_runs")
+    if max_runs is not None:
+        _check_int("max_runs", max_runs, 1)
 
 
 def check_triggered(t: Any) -> None:
@@ -187,6 +217,7 @@ def key_row(
     p: Any = False,
     o: Any = None,
     t: Any = None,
+    r: Any = 0,
 ) -> StoredKey:
     """A row of timerwheel_keys, checked: ValueError saying what this timerwheel cannot read in it."""
     key = stored_key(k)
@@ -213,7 +244,8 @@ def key_row(
         raise ValueError(f"its paused is {p!r}, not a boolean")
     _check_options(o)
     check_triggered(t)
-    return StoredKey(key, d, g, s, n, last, e, bool(p), o, t)
+    _check_int("runs", r, 0)
+    return StoredKey(key, d, g, s, n, last, e, bool(p), o, t, r)
 
 
 def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:

@@ -20,14 +20,16 @@ if sys.platform != "win32":
     import fcntl
 
 # (2: a key may be paused: timerwheel_keys.paused; 3: a key's own options and its trigger not run yet:
-# timerwheel_keys.options and .triggered. A file of an older version is migrated as it is opened)
-SCHEMA_VERSION = 3
+# timerwheel_keys.options and .triggered; 4: a key's count of runs, timerwheel_keys.runs. A file of an
+# older version is migrated as it is opened)
+SCHEMA_VERSION = 4
 _MIGRATIONS = {
     1: ["ALTER TABLE timerwheel_keys ADD COLUMN paused INTEGER NOT NULL DEFAULT 0"],
     2: [
         "ALTER TABLE timerwheel_keys ADD COLUMN options TEXT",
         "ALTER TABLE timerwheel_keys ADD COLUMN triggered TEXT",
     ],
+    3: ["ALTER TABLE timerwheel_keys ADD COLUMN runs INTEGER NOT NULL DEFAULT 0"],
 }
 
 
@@ -155,7 +157,8 @@ CREATE TABLE IF NOT EXISTS timerwheel_keys (
     last_error TEXT,
     paused INTEGER NOT NULL DEFAULT 0,
     options TEXT,
-    triggered TEXT
+    triggered TEXT,
+    runs INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS timerwheel_fires (
     key TEXT NOT NULL,
@@ -172,7 +175,7 @@ CREATE INDEX IF NOT EXISTS timerwheel_unfinished ON timerwheel_fires (key) WHERE
 
 _PUT = (
     "INSERT OR REPLACE INTO timerwheel_keys (key, data, generation, state, next_run_at, last_scheduled_for, "
-    "last_error, paused, options, triggered) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "last_error, paused, options, triggered, runs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -486,7 +489,7 @@ class SQLiteStore:
             try:
                 cursor = self._conn().execute(
                     "SELECT key, data, generation, state, next_run_at, last_scheduled_for, last_error, "
-                    "paused, options, triggered FROM timerwheel_keys"
+                    "paused, options, triggered, runs FROM timerwheel_keys"
                 )
             except sqlite3.Error as exc:
                 raise _sqlite_error(self.name, exc) from None

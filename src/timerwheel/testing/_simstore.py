@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._keyed.journal import Work, next_work
-from .._stores import TAKE_PAUSED, FinishedFire, SharedHolder, StoredFire, StoredKey, StoreError
+from .._stores import TAKE_PAUSED, FinishedFire, Put, SharedHolder, StoredFire, StoredKey, StoreError
 from .._stores.postgres.keeper import CLAIM_CHUNK, RECONCILE_EVERY
 
 __all__ = ["SimDatabase", "SimStore"]
@@ -57,9 +57,10 @@ class SimDatabase:
 
     # -- users' changes -------------------------------------------------------------------------------
 
-    def _stored(self, row: StoredKey, owner: str) -> int:
+    def _stored(self, row: StoredKey, owner: str) -> Put:
         old = self.keys.get(row.key)
         paused = False if old is None else old["paused"]  # (set by set_paused only)
+        runs = 0 if old is None else old["runs"]  # (counted by the takes only)
         if old is None:
             generation = max(row.generation, self.floor + 1)
             last = row.last_scheduled_for
@@ -77,16 +78,17 @@ class SimDatabase:
             "paused": paused,
             "options": row.options,
             "triggered": None,  # (a user's change drops a trigger not run yet)
+            "runs": runs,
         }
         self.commits.append((self.now(), "upsert", row.key, row.data, row.next_run_at))
-        return generation
+        return Put(generation, runs)
 
-    def put(self, row: StoredKey, owner: str) -> int:
+    def put(self, row: StoredKey, owner: str) -> Put:
         generation = self._stored(row, owner)
         self.notify(owner, {"k": [row.key]})
         return generation
 
-    def replace(self, rows: list[StoredKey], owner: str) -> list[int]:
+    def replace(self, rows: list[StoredKey], owner: str) -> list[Put]:
         keep = {row.key for row in rows}
         for fire in [f for f in self.fires if f[0] not in keep]:
             del self.fires[fire]
@@ -166,6 +168,7 @@ class SimDatabase:
         if fire is None:
             fire = self.fires[ident] = {"started_at": started_at, "finished_at": None, "error": None}
             fire.update(attempts=1, owner=owner)
+            key["runs"] += 1  # (a new fire: one run more)
         elif fire["finished_at"] is None and (rerun or fire["owner"] == owner):
             same = fire["owner"] == owner and fire["started_at"] == started_at  # (the same take again)
             fire["attempts"] += 1 if rerun and not same else 0
@@ -248,6 +251,7 @@ class SimDatabase:
                     r["paused"],
                     r["options"],
                     r["triggered"],
+                    r["runs"],
                 )
             )
         taken = {row.key for row in rows}
@@ -391,14 +395,14 @@ class SimStore:
     def load(self) -> tuple[list[StoredKey], list[StoredFire]]:
         return [], []
 
-    def put(self, row: StoredKey) -> int:
+    def put(self, row: StoredKey) -> Put:
         after = self._call(f"store key {row.key!r}")
         generation = self.db.put(row, self.owner_id)
         if after is not None:
             after()
         return generation
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[Put]:
         after = self._call(f"replace the keys with {len(rows)} key(s)")
         generations = self.db.replace(rows, self.owner_id)
         if after is not None:

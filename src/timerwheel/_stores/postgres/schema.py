@@ -13,8 +13,9 @@ from ..rows import FinishedFire, StoredKey, StoreError, check_triggered, encode_
 # 5: one lease per process, in timerwheel_leases (timerwheel_owners is gone), instead of one per key;
 # fires are taken in batches by timerwheel_take_fires, which renews the taker's lease; 6: a key may be
 # paused, and a take of its fires is refused; 7: a key's own options, set by a user's change, and its
-# trigger not run yet, set by any process, cleared by the take of a fire at or after it)
-SCHEMA_VERSION = 7
+# trigger not run yet, set by any process, cleared by the take of a fire at or after it; 8: a key's
+# count of runs, counted by the take of each new fire, left by put and replace)
+SCHEMA_VERSION = 8
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -44,6 +45,9 @@ SCHEMA = [
     """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS options text""",
     # (version 7) A trigger of the key not run yet (JSON text {"at", "restart", "overlap"}; NULL: none)
     """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS triggered text""",
+    # (version 8) The key's fires taken to run, across its generations (the take of a new fire counts
+    # one; a rerun, or the same take again, is the run it was); put and replace leave it
+    """ALTER TABLE timerwheel_keys ADD COLUMN IF NOT EXISTS runs bigint NOT NULL DEFAULT 0""",
     """CREATE TABLE IF NOT EXISTS timerwheel_fires (
         key text NOT NULL,
         generation bigint NOT NULL,
@@ -88,19 +92,21 @@ SCHEMA = [
     # plan had before it lost the key): the later one started, so this one ran, or was decided about. The
     # key's latest started fire does not go back for a rerun of an older one. A fire of a paused key is
     # not taken: -3 (the taker pauses the key too). A fire at or after the key's trigger ran for it: the
-    # trigger is cleared.
+    # trigger is cleared. A new fire (not one in the log: a rerun, or the same take again) counts a run.
     """CREATE OR REPLACE FUNCTION timerwheel_take_locked(
         p_key text, p_generation bigint, p_scheduled_for bigint, p_started_at bigint, p_owner text,
         p_rerun boolean, p_state text, p_next_run_at bigint, p_last_error text)
         RETURNS integer LANGUAGE plpgsql AS $$
     DECLARE
         v_attempts integer;
+        v_new boolean;
     BEGIN
         IF EXISTS (SELECT 1 FROM timerwheel_keys WHERE key = p_key AND paused) THEN
             RETURN -3;
         END IF;
-        IF NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
-                AND scheduled_for = p_scheduled_for)
+        v_new := NOT EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
+                AND scheduled_for = p_scheduled_for);
+        IF v_new
             AND EXISTS (SELECT 1 FROM timerwheel_fires WHERE key = p_key AND generation = p_generation
                 AND scheduled_for > p_scheduled_for) THEN
             RETURN 0;
@@ -123,7 +129,8 @@ SCHEMA = [
                 ELSE p_scheduled_for END,
             last_error = p_last_error,
             triggered = CASE WHEN (triggered::jsonb ->> 'at')::bigint <= p_scheduled_for THEN NULL
-                ELSE triggered END
+                ELSE triggered END,
+            runs = runs + (CASE WHEN v_new THEN 1 ELSE 0 END)
             WHERE key = p_key;
         RETURN v_attempts;
     END $$""",
@@ -243,7 +250,8 @@ def held_row(
 
 HELD = "key, generation, paused, triggered"  # (the columns of held_row)
 COLUMNS = (
-    "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused, options, triggered"
+    "key, data, generation, state, next_run_at, last_scheduled_for, last_error, paused, options, triggered, "
+    "runs"
 )
 ROW_WAIT = 0.1  # seconds a batch of takes waits, at most, for keys' rows others hold (timerwheel_take_fires)
 # A key's generation never goes back, across a delete too: the highest generation of any key deleted is

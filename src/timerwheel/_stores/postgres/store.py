@@ -13,7 +13,7 @@ from typing import Any
 
 from ..._validate import seconds as _seconds
 from ..protocols import SharedHolder
-from ..rows import TAKE_PAUSED, FinishedFire, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from ..rows import TAKE_PAUSED, FinishedFire, Put, StoredFire, StoredKey, StoreError, decode_key, encode_key
 from .database import Database, redacted
 from .keeper import Keeper
 from .schema import (
@@ -133,16 +133,17 @@ class PostgresStore:
         """Nothing up front: a shared store's keys are claimed after start() (see attach)."""
         return [], []
 
-    def put(self, row: StoredKey) -> int:
+    def put(self, row: StoredKey) -> Put:
         """A user's change of a key (upsert): stored as a new generation (one above any stored), held by
-        this process from now on; the others are notified. Returns the generation stored."""
+        this process from now on; the others are notified. Returns the generation stored, and the key's
+        count of runs (which the database keeps: row.runs is not written)."""
         k = key_text(row.key)
         row = clean_row(row)
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
-        def work(conn: Any) -> int:
-            return int(
-                conn.execute(
+        def work(conn: Any) -> Put:
+            return Put(
+                *conn.execute(
                     "WITH p AS (INSERT INTO timerwheel_keys AS t (key, data, generation, state, next_run_at, "
                     "last_scheduled_for, last_error, options, owner) VALUES "
                     f"(%s, %s, {ABOVE_FLOOR}, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO UPDATE SET "
@@ -151,17 +152,19 @@ class PostgresStore:
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
                     "EXCLUDED.last_error, options = EXCLUDED.options, triggered = NULL, "
                     "owner = EXCLUDED.owner "
-                    "RETURNING generation) SELECT generation, pg_notify(%s, %s) FROM p",
+                    "RETURNING generation, runs) SELECT generation, runs, pg_notify(%s, %s) FROM p",
                     (k, *row[1:7], row.options, self.owner_id, CHANNEL, payload),
-                ).fetchone()[0]
+                ).fetchone()[:2]
             )
 
-        return int(self._db.do(work, f"store key {row.key!r}", self._db.changes))
+        put: Put = self._db.do(work, f"store key {row.key!r}", self._db.changes)
+        return put
 
-    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
+    def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[Put]:
         """replace_all(): every row stored as a new generation and held by this process, and every other
         key deleted (`removed` is not needed: the database knows them), in one transaction; the others
-        are notified. Returns the generations stored, in the order of rows."""
+        are notified. Returns the generations stored, with each key's count of runs (Put), in the order
+        of rows."""
         order = [key_text(r.key) for r in rows]
         rows = [clean_row(r) for r in rows]
         rows = sorted(
@@ -173,7 +176,7 @@ class PostgresStore:
         )
         payload = json.dumps({"o": self.owner_id, "all": True})
 
-        def work(conn: Any) -> dict[str, int]:
+        def work(conn: Any) -> dict[str, Put]:
             with conn.transaction():
                 # Locks taken in the order every other statement takes them, so that none waits in a
                 # cycle: replace_all() calls of several processes one after the other (each sees every
@@ -199,16 +202,16 @@ class PostgresStore:
                     "next_run_at = EXCLUDED.next_run_at, last_scheduled_for = "
                     "COALESCE(EXCLUDED.last_scheduled_for, t.last_scheduled_for), last_error = "
                     "EXCLUDED.last_error, options = EXCLUDED.options, triggered = NULL, "
-                    "owner = EXCLUDED.owner RETURNING key, generation",
+                    "owner = EXCLUDED.owner RETURNING key, generation, runs",
                     (self.owner_id, keys, *[list(c) for c in columns]),
                 ).fetchall()
                 if deleted is not None:
                     conn.execute("WITH d(generation) AS (VALUES (%s::bigint)) " + RAISE_FLOOR, (deleted,))
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-            return dict(result)
+            return {k: Put(int(g), int(r)) for k, g, r in result}
 
-        generations = self._db.do(work, f"replace the keys with {len(rows)} key(s)", self._db.changes)
-        return [int(generations[k]) for k in order]
+        stored = self._db.do(work, f"replace the keys with {len(rows)} key(s)", self._db.changes)
+        return [stored[k] for k in order]
 
     def save(self, rows: list[StoredKey], finished: Iterable[FinishedFire] = ()) -> None:
         """Write the state of keys this process holds, at their generation (fenced: a key another process
