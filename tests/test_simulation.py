@@ -13,7 +13,9 @@ import pytest
 
 from timerwheel import CatchUp, Reschedule
 from timerwheel.testing import SimulatedCluster, Violation, _simstore
-from timerwheel.testing.simulate import campaign, main, plan, shrink, simulate
+from timerwheel._keyed import runs as _runs
+from timerwheel._keyed import table as _table
+from timerwheel.testing.simulate import campaign, limits_of, main, plan, shrink, simulate
 
 STORES = ("memory", "sqlite", "shared")
 # Seeds per store that the suite runs on each backend (about a minute in all, on this project's CI
@@ -107,6 +109,10 @@ def test_a_seed_that_found_a_bug_stays_fixed(
     campaign.keyed["overlap"] = None
     campaign.keyed.pop("jitter", None)
     campaign.keyed.pop("spread", None)
+    for _, what, args in campaign.events:
+        if what == "upsert":
+            args[2].pop("m", None)
+            args[2].pop("w", None)
     if not triggers:
         campaign.events[:] = [e for e in campaign.events if e[1] != "trigger-key"]
     cluster = simulate(campaign)
@@ -174,6 +180,46 @@ def test_a_store_that_loses_a_committed_change_is_caught(monkeypatch: pytest.Mon
     monkeypatch.setattr(_simstore.SimDatabase, "put", loses)
     found = [simulate(plan(seed, "shared")).violations for seed in range(5)]
     assert any(v.invariant == "changes-kept" for vs in found for v in vs)
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_key_that_runs_past_its_max_runs_or_out_of_its_window_is_caught(
+    monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """Plant a bug: the keyed layer forgets every key's window and max_runs (it plans as if they had
+    none). The oracle reads them from the data the campaign gives ("m", "w") and catches the runs."""
+    real = _table.effective
+    monkeypatch.setattr(
+        _table,
+        "effective",
+        lambda own, defaults: real(own, defaults)._replace(max_runs=None, start=None, end=None),
+    )
+    monkeypatch.setattr(_runs.Runs, "_spent", lambda self, *args: False)
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1, points=True)
+    with cluster:
+        limited, window = {"m": 2}, {"w": [cluster.epoch + 3, cluster.epoch + 5]}
+        cluster.upsert("a", limited, 0, **limits_of(limited))
+        cluster.upsert("b", window, 0, **limits_of(window))
+        cluster.run_for(8.0)
+        assert {"max-runs", "in-its-window"} <= {v.invariant for v in cluster.violations}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_key_that_keeps_to_its_max_runs_and_its_window_passes(store: str) -> None:
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1, points=True)
+    with cluster:
+        limited, window = {"m": 2}, {"w": [cluster.epoch + 3, cluster.epoch + 5]}
+        cluster.upsert("a", limited, 0, **limits_of(limited))
+        cluster.upsert("b", window, 0, **limits_of(window))
+        cluster.run_for(8.0)
+        cluster.quiet()
+        cluster.check()
+        assert len([r for r in cluster.runs if r.key == "a"]) == 2
+        assert sorted(r.scheduled_for / 1e6 - cluster.epoch for r in cluster.runs if r.key == "b") == [
+            3,
+            4,
+            5,
+        ]
 
 
 def test_a_key_that_stops_running_is_caught() -> None:

@@ -115,6 +115,7 @@ class Oracle:
             self.started(p, run)
             if self._points and run.scheduled_for not in self._triggers(key):
                 self._on_a_point(run, data)
+                self._within_limits(run, data)
             try:
                 result = user(ctx, key, data) if context else user(key, data)
                 if inspect.isawaitable(result):
@@ -193,6 +194,63 @@ class Oracle:
                     break
         self.runs.append(run)
 
+    def _within_limits(self, run: SimRun, data: Any) -> None:
+        """A run of a fire of the key's schedule (not a trigger's) keeps to its window (upsert's start
+        and end, in the data as "w": its point in it, the fire up to the delay's reach after end) and to
+        its max_runs (in the data as "m"): a new fire (not a rerun of one that ran) starts only while
+        fewer fires of the key than that started since it was last removed (a count of the runs seen:
+        never more than the store counted, so a violation is one)."""
+        if not isinstance(data, dict):
+            return
+        self.checks += 1
+        opens, closes = data.get("w") or (None, None)
+        reach = (self._keyed.get("jitter") or 0.0) + (self._keyed.get("spread") or 0.0)
+        if (opens is not None and run.scheduled_for < round(opens * 1e6)) or (
+            closes is not None and run.scheduled_for > round((closes + reach) * 1e6)
+        ):
+            self.violate(
+                "in-its-window",
+                f"key {run.key!r} ran a fire at {run.scheduled_for / 1e6:.6f}, outside its window "
+                f"[{opens}, {closes}]",
+            )
+        limit = data.get("m")
+        if limit is None:
+            return
+        since = self._incarnation(run)
+        if since is None:
+            return
+        at = (lambda r: r.wall - self.cluster.epoch) if self.cluster.db is not None else (lambda r: r.started)
+        fires = {
+            (r.generation, r.scheduled_for)
+            for r in self.runs
+            if r.key == run.key and r is not run and at(r) > since
+        }
+        if (run.generation, run.scheduled_for) not in fires and len(fires) >= limit:
+            self.violate(
+                "max-runs",
+                f"key {run.key!r} ran a new fire (g{run.generation}, {run.scheduled_for}) after {len(fires)} "
+                f"fires since {since:.3f}, and its max_runs is {limit}",
+            )
+
+    def _incarnation(self, run: SimRun) -> float | None:
+        """The simulated time after which the key's runs count toward its max_runs, as the run started:
+        the end of the latest change that removed it (remove, or replace without it), or None if one is
+        still on its way (a removal commits by the time its change ends: counting from then, the runs
+        counted are never more than the store's)."""
+        since = -math.inf
+        for c in self.changes:
+            if c["asked"] > run.started:
+                continue
+            if not (
+                (c["what"] == "remove" and c["key"] == run.key)
+                or (c["what"] == "replace" and run.key not in c["data"])
+            ):
+                continue
+            if c["ended"] is None or c["ended"] > run.started:
+                return None
+            since = max(since, c["ended"])
+        return since
+
     def _ran_and_missed(self, run: SimRun) -> None:
         self.violate(
             "missed-not-run",
@@ -263,7 +321,7 @@ class Oracle:
         spread) by spread x u(key) + jitter x u(key, P), u a fraction drawn from a BLAKE2b hash, scaled
         into the room before the next point; or an earlier point's delayed fire still to come (points
         from now - reach on that lead to P0, at most 64)."""
-        first = self._user_next_run(now, key, data)
+        first = self._windowed(now, key, data)
         jitter, spread = self._keyed.get("jitter") or 0.0, self._keyed.get("spread") or 0.0
         if first is None or (not jitter and not spread):
             return first
@@ -273,7 +331,7 @@ class Oracle:
             return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest()) / 2**64
 
         def point_after(t: float) -> float | None:
-            found = self._user_next_run(datetime.fromtimestamp(t, UTC), key, data)
+            found = self._windowed(datetime.fromtimestamp(t, UTC), key, data)
             return None if found is None else found.timestamp()
 
         def fire(p: float, after: float | None) -> float:
@@ -296,6 +354,18 @@ class Oracle:
                 if at > t:
                     return datetime.fromtimestamp(at, UTC)
         return datetime.fromtimestamp(fire(p0, point_after(p0)), UTC)
+
+    def _windowed(self, now: datetime, key: Hashable, data: Any) -> datetime | None:
+        """next_run's first point after now in the key's window (the data's "w": [start, end], POSIX
+        seconds, either None): the campaign's schedules are calendars, so the first point at or after
+        start is the first after start - 1 us."""
+        opens, closes = (data.get("w") if isinstance(data, dict) else None) or (None, None)
+        if opens is not None and now.timestamp() < opens:
+            now = datetime.fromtimestamp(opens - 1e-6, UTC)
+        point = self._user_next_run(now, key, data)
+        if point is not None and closes is not None and point.timestamp() > closes:
+            return None
+        return point
 
     def _on_a_point(self, run: SimRun, data: Any) -> None:
         self.checks += 1
@@ -453,6 +523,9 @@ class Oracle:
         for key, spans in self._histories().items():
             ran = {r.scheduled_for for r in runs.get(key, ())}
             for start, end, data, first in spans:
+                if isinstance(data, dict) and data.get("m") is not None:
+                    continue  # (a key with max_runs: its points are owed while it has runs left; see
+                    # _within_limits for the bound)
                 for point in self._points_of(key, data, start, min(end, until), first):
                     epoch = self.cluster.epoch
                     self.checks += 1

@@ -391,9 +391,11 @@ class SimulatedCluster:
 
     # -- users' changes -------------------------------------------------------------------------------
 
-    def upsert(self, key: Hashable, data: Any = None, process: int | str | Process = 0) -> None:
-        """upsert(key, data) on a process (it returns as the run goes on: see changes)."""
-        self._change(process, "upsert", key, data)
+    def upsert(
+        self, key: Hashable, data: Any = None, process: int | str | Process = 0, **options: Any
+    ) -> None:
+        """upsert(key, data, **options) on a process (it returns as the run goes on: see changes)."""
+        self._change(process, "upsert", key, data, options)
 
     def remove(self, key: Hashable, process: int | str | Process = 0) -> None:
         """remove(key) on a process."""
@@ -421,7 +423,9 @@ class SimulatedCluster:
         """trigger(key) on a process; the change records the time of the fire that runs for it (`at`)."""
         self._change(process, "trigger", key, (restart, overlap))
 
-    def _change(self, which: int | str | Process, what: str, key: Hashable, data: Any) -> None:
+    def _change(
+        self, which: int | str | Process, what: str, key: Hashable, data: Any, options: Any = None
+    ) -> None:
         p = self.process(which)
         change = {"what": what, "key": key, "data": data, "process": p.name, "asked": self.now}
         change.update(returned=None, error=None, ended=None)
@@ -435,7 +439,7 @@ class SimulatedCluster:
         async def do() -> None:
             try:
                 if what == "upsert":
-                    await keyed.aupsert(key, data)
+                    await keyed.aupsert(key, data, **(options or {}))
                 elif what == "remove":
                     change["existed"] = await keyed.aremove(key)
                 elif what == "pause":
@@ -868,8 +872,37 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
                     (runs_now.randrange(processes), runs_now.randrange(keys + 1), restart, overlap),
                 )
             )
+    # Windows and counts of the keys upserted (drawn apart, as the pauses): in the data ("m": max_runs,
+    # "w": [start, end] in POSIX seconds, either None), which the oracle reads, and given to upsert()
+    limits = random.Random(f"limits {seed}")
+    if limits.random() < 0.4:
+        for _, what, args in events:
+            if what != "upsert":
+                continue
+            if limits.random() < 0.5:
+                args[2]["m"] = limits.choice([1, 2, 3, 5, 8])
+            if limits.random() < 0.4:
+                opens = round(wall + limits.uniform(-0.2, 0.8) * duration, 6)
+                closes = round(opens + limits.uniform(0.02, 0.5) * duration, 6)
+                side = limits.choice(["both", "both", "start", "end"])
+                args[2]["w"] = [None if side == "end" else opens, None if side == "start" else closes]
     events.sort(key=lambda e: e[0])
     return Plan(seed, store, processes, lease, keyed, events, duration, wall)
+
+
+def limits_of(data: Any) -> dict[str, Any]:
+    """A campaign key's window and count, from its data ("w", "m"), as upsert() takes them."""
+    if not isinstance(data, dict):
+        return {}
+    found: dict[str, Any] = {}
+    if data.get("m") is not None:
+        found["max_runs"] = data["m"]
+    opens, closes = data.get("w") or (None, None)
+    if opens is not None:
+        found["start"] = datetime.fromtimestamp(opens, UTC)
+    if closes is not None:
+        found["end"] = datetime.fromtimestamp(closes, UTC)
+    return found
 
 
 def simulate(plan_: Plan, *, keep: Iterable[int] | None = None) -> SimulatedCluster:
@@ -917,7 +950,7 @@ def _do(cluster: SimulatedCluster, what: str, args: tuple[Any, ...]) -> None:
     p = live[args[0] % len(live)]
     if what in ("upsert", "remove", "replace"):
         if what == "upsert":
-            cluster.upsert(args[1], args[2], p)
+            cluster.upsert(args[1], args[2], p, **limits_of(args[2]))
         elif what == "remove":
             cluster.remove(args[1], p)
         else:
