@@ -274,3 +274,28 @@ def test_a_plan_from_a_time_far_in_the_past_ends(clock: ManualClock) -> None:
     info = keyed.get("old")
     assert info is not None and info.next_run_at is not None and info.next_run_at.year == 2000
     keyed.close()
+
+
+def test_the_last_points_delayed_fire_is_kept_when_the_schedule_ends_after_it(
+    store: Any, clock: ManualClock
+) -> None:
+    """A schedule whose last point is 30 (its window ends there): an upsert between that point and its
+    delayed fire keeps the fire. The plan looked only at next_run's point after now, None, and made the
+    key DISABLED: the last fire was lost."""
+    life = Life(store, clock, jitter=5.0)
+    life.keyed.upsert("k", end=datetime.fromtimestamp(T0 + 30, UTC))
+    life.keyed.start()
+    life.advance(25)
+    planned = life.keyed.get("k").next_run_at  # type: ignore[union-attr]
+    assert planned is not None and 30 <= planned.timestamp() - T0 < 35
+    life.advance(30.0 - 25 + 1e-3)  # (just after the point, before its delayed fire)
+    life.keyed.upsert("k", end=datetime.fromtimestamp(T0 + 30, UTC))
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.PENDING and info.next_run_at == planned
+    life.advance(10)
+    ran = starts(life, "k")
+    assert len(ran) == 4 and all(0 <= t - p < 5 for t, p in zip(ran, (0, 10, 20, 30), strict=True))
+    assert ran[-1] == planned.timestamp() - T0
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.DISABLED
+    life.keyed.close()

@@ -385,26 +385,28 @@ def delayed(
     life, so that a shared store's processes and a restart agree on it. The delay never reaches the point
     after P: past it, it is scaled down into the room there is.
 
-    The fire is next_run's point's, delayed; or an earlier point's whose delayed fire is still to come:
+    The fire is next_run's point's, delayed (None: the schedule has no point after now, and its last
+    point's delayed fire, if any, came); or an earlier point's whose delayed fire is still to come:
     the points within the reach (jitter + spread) before now, if the schedule's points do not depend on
     now (the points from now - reach on lead to next_run's point: a calendar, not a cadence counted from
     now), and there are at most DELAY_POINTS of them; and none at or before the key's latest started fire
     (`started`: its point ran, whatever its delay is now)."""
     point = next_after(wall_now)
-    if not isinstance(point, float):
+    if isinstance(point, BaseException):
         return point
     earlier: list[float] = []
     reach = jitter + spread
     walked = next_after(wall_now - reach if started is None else max(wall_now - reach, started))
-    while isinstance(walked, float) and walked < point and len(earlier) <= DELAY_POINTS:
+    while isinstance(walked, float) and (point is None or walked < point) and len(earlier) <= DELAY_POINTS:
         earlier.append(walked)
         walked = next_after(walked)
+    # (the walk leads to next_run's point, or, a schedule that ends, to its end: None)
     if walked == point and len(earlier) <= DELAY_POINTS:
         for i, p in enumerate(earlier):
             at = _delayed_point(key, p, earlier[i + 1] if i + 1 < len(earlier) else point, jitter, spread)
             if at > wall_now:
                 return at
-    return _delayed_point(key, point, next_after(point), jitter, spread)
+    return None if point is None else _delayed_point(key, point, next_after(point), jitter, spread)
 
 
 def windowed(

@@ -323,7 +323,7 @@ class Oracle:
         from now - reach on that lead to P0, at most 64)."""
         first = self._windowed(now, key, data)
         jitter, spread = self._keyed.get("jitter") or 0.0, self._keyed.get("spread") or 0.0
-        if first is None or (not jitter and not spread):
+        if not jitter and not spread:
             return first
         ident = json.dumps(key) if type(key) in (str, int) else repr(key)
 
@@ -342,18 +342,18 @@ class Oracle:
             at = round((p + delay) * 1e6) / 1e6
             return p if at >= p + room else at
 
-        p0, t = first.timestamp(), now.timestamp()
+        p0, t = None if first is None else first.timestamp(), now.timestamp()
         chain: list[float] = []
         walked = point_after(t - jitter - spread)
-        while walked is not None and walked < p0 and len(chain) <= 64:
+        while walked is not None and (p0 is None or walked < p0) and len(chain) <= 64:
             chain.append(walked)
             walked = point_after(walked)
-        if walked == p0 and len(chain) <= 64:
+        if walked == p0 and len(chain) <= 64:  # (a schedule that ends: its last points' fires)
             for i, p in enumerate(chain):
                 at = fire(p, chain[i + 1] if i + 1 < len(chain) else p0)
                 if at > t:
                     return datetime.fromtimestamp(at, UTC)
-        return datetime.fromtimestamp(fire(p0, point_after(p0)), UTC)
+        return None if p0 is None else datetime.fromtimestamp(fire(p0, point_after(p0)), UTC)
 
     def _windowed(self, now: datetime, key: Hashable, data: Any) -> datetime | None:
         """next_run's first point after now in the key's window (the data's "w": [start, end], POSIX

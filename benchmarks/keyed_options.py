@@ -1,13 +1,14 @@
-"""What a delayed key (jitter=, spread=) costs to plan, beside the same key without (the baseline, in
-the same run).
+"""What a key's own options (jitter=, spread=; start=, end=, max_runs=) cost to plan, beside the same key
+without (the baseline, in the same run).
 
-    python benchmarks/keyed_jitter.py [--keys N] [--repeat R]
+    python benchmarks/keyed_options.py [--keys N] [--repeat R]
 
-Two KeyedSchedulers on Schedulers (their keys every 60 s, a calendar next_run), N keys each; for R rounds,
-the median time of an upsert of each key with its data unchanged (each upsert plans the key: next_run,
-and, for the delayed keys, next_run again for the point after and a BLAKE2b hash), and of a run of
-each key (its end plans the next fire). Per key in microseconds, and the delayed key as a ratio of the
-plain one.
+KeyedSchedulers on Schedulers (their keys every 60 s, a calendar next_run), N keys each, one per case:
+plain; jitter and spread (the KeyedScheduler's); a window and a run limit (each key's own: start a day
+ago, end in a year, max_runs far off). For R rounds, the median time of an upsert of each key with its
+data unchanged (each upsert plans the key: next_run, and, for the delayed keys, next_run again for the
+point after and a BLAKE2b hash), and of a run of each key (its end plans the next fire). Per key in
+microseconds, and each case as a ratio of the plain one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 
@@ -31,21 +32,30 @@ def main() -> None:
     from timerwheel import BACKEND, KeyedScheduler, Scheduler
     from timerwheel.testing import ManualClock
 
+    start = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    cases: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "plain": ({}, {}),
+        "jitter+spread": ({"jitter": 20.0, "spread": 30.0}, {}),
+        "window+max_runs": (
+            {},
+            {"start": start - timedelta(days=1), "end": start + timedelta(days=365), "max_runs": 10**9},
+        ),
+    }
     results: dict[str, dict[str, float]] = {}
-    for name, options in (("plain", {}), ("jitter+spread", {"jitter": 20.0, "spread": 30.0})):
-        clock = ManualClock(0.0, wall=datetime(2026, 1, 5, 9, 0).timestamp())
+    for name, (options, own) in cases.items():
+        clock = ManualClock(0.0, wall=start.timestamp())
         sched = Scheduler(clock)
         keyed = KeyedScheduler(sched, every_minute, lambda key, data: None, **options)
         keys = [f"key-{i}" for i in range(args.keys)]
         for key in keys:
-            keyed.upsert(key, 1)
+            keyed.upsert(key, 1, **own)
         keyed.start()
         upserts, runs = [], []
         for _ in range(args.repeat):
             upsert = keyed.upsert
             t = time.perf_counter()
             for key in keys:
-                upsert(key, 1)
+                upsert(key, 1, **own)
             upserts.append((time.perf_counter() - t) / len(keys))
             clock.advance(60.0)  # every key's next fire comes (with its delay): each run plans the next
             t = time.perf_counter()
@@ -56,9 +66,11 @@ def main() -> None:
         results[name] = {"upsert": statistics.median(upserts), "run": statistics.median(runs)}
     print(f"timerwheel {BACKEND}, {args.keys:,} keys, median of {args.repeat} rounds, per key:")
     for what in ("upsert", "run"):
-        plain, delayed = results["plain"][what], results["jitter+spread"][what]
-        ratio = delayed / plain
-        print(f"  {what:8} plain {plain * 1e6:6.2f} us   delayed {delayed * 1e6:6.2f} us   x{ratio:.2f}")
+        plain = results["plain"][what]
+        line = f"  {what:8} plain {plain * 1e6:6.2f} us"
+        for name in list(cases)[1:]:
+            line += f"   {name} {results[name][what] * 1e6:6.2f} us x{results[name][what] / plain:.2f}"
+        print(line)
 
 
 if __name__ == "__main__":
