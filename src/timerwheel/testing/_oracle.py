@@ -219,11 +219,12 @@ class Oracle:
         since = self._incarnation(run)
         if since is None:
             return
-        at = (lambda r: r.wall - self.cluster.epoch) if self.cluster.db is not None else (lambda r: r.started)
+        shared = self.cluster.db is not None  # (a shared store's run: when its fire was taken, by its wall)
+        epoch = self.cluster.epoch
         fires = {
             (r.generation, r.scheduled_for)
             for r in self.runs
-            if r.key == run.key and r is not run and at(r) > since
+            if r.key == run.key and r is not run and (r.wall - epoch if shared else r.started) > since
         }
         if (run.generation, run.scheduled_for) not in fires and len(fires) >= limit:
             self.violate(
