@@ -343,3 +343,87 @@ def test_a_stored_count_that_is_not_a_count_is_a_store_error(tmp_path: Path, clo
     db.close()
     with pytest.raises(StoreError, match="its runs is -1"):
         Life(SQLiteStore(path), clock)
+
+
+def test_an_overdue_one_off_does_not_fire_after_its_window_closed(store: Any, clock: ManualClock) -> None:
+    """Now is T0+100; the window is [T0+50, T0+60] (closed); the one-off's date (T0+20) is before the
+    window: nothing runs, the key is DISABLED (it showed next_run_at T0+20 and ran at T0+100)."""
+
+    def one_off(now: datetime, key: Any, data: Any) -> datetime:
+        return at(20)
+
+    life = Life(store, clock, next_run=one_off, reschedule=Reschedule.NONE)
+    life.advance(100)
+    life.keyed.upsert("k", start=at(50), end=at(60))
+    info = life.keyed.get("k")
+    assert info is not None and info.state is KeyState.DISABLED, info
+    life.keyed.start()
+    life.advance(100)
+    assert starts(life) == []
+    life.keyed.close()
+
+
+def test_a_trigger_that_takes_the_last_run_disables_the_key(store: Any, clock: ManualClock) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k", max_runs=2)
+    life.keyed.start()
+    life.advance(12)  # ran at 10 (runs=1)
+    life.keyed.trigger("k")  # restart=False: runs at 12 (runs=2 = max_runs)
+    life.advance(0)
+    info = life.keyed.get("k")
+    assert info is not None and info.runs == 2
+    # it plans no more fires: DISABLED (it kept the plan the trigger found, a fire that never ran)
+    assert info.state is KeyState.DISABLED and info.next_run_at is None, info
+    life.keyed.close()
+
+
+def test_a_key_that_ran_its_max_runs_is_not_reported_missed_after_a_restart(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path), clock)
+    life.keyed.upsert("k", max_runs=2)
+    life.keyed.start()
+    life.advance(12)
+    life.keyed.trigger("k")
+    life.advance(0)  # runs == max_runs: the key would never run again
+    life.keyed.close()
+    down(clock, 100)
+    again = Life(SQLiteStore(path), clock)
+    again.keyed.start()
+    again.advance(100)
+    assert starts(again) == []
+    assert again.missed == []  # (it was told of the fire of 20, which could never run)
+
+
+def test_a_key_that_ran_its_max_runs_is_not_reported_missed_after_a_resume(
+    store: Any, clock: ManualClock
+) -> None:
+    life = Life(store, clock)
+    life.keyed.upsert("k", max_runs=2)
+    life.keyed.start()
+    life.advance(12)
+    life.keyed.trigger("k")
+    life.advance(0)
+    life.keyed.pause("k")
+    life.advance(30)
+    life.keyed.resume("k")
+    life.advance(100)
+    assert starts(life) == [10.0, 12.0]
+    assert life.missed == []
+
+
+def test_the_windows_of_removed_keys_are_not_kept_for_ever(clock: ManualClock) -> None:
+    """A key's own options are interned (one object per distinct set) only without a window or a count:
+    those are a key's own, and a service that upserts and removes keys with windows of their own grew
+    without bound (every distinct set was kept for the life of the process)."""
+    from timerwheel._keyed import keys
+
+    life = Life(MemoryStore(), clock)
+    before = len(keys._INTERNED)
+    for i in range(2000):
+        life.keyed.upsert(i, start=at(1000 + i))
+        life.keyed.remove(i)
+    assert life.keyed.snapshot() == {}
+    assert len(keys._INTERNED) - before < 100, len(keys._INTERNED) - before
+    life.keyed.close()

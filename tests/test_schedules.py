@@ -278,3 +278,61 @@ def test_timezone_objects_work_as_the_calendars_zone() -> None:
     east = timezone(timedelta(hours=14))  # Kiribati: its date is a day ahead of most
     late = Excluding(Cron("0 12 * * *"), {date(2024, 1, 2)}, tz=east)
     assert late(utc(2024, 1, 1, 0)) == utc(2024, 1, 2, 12)  # 12:00 UTC on the 1st is the 2nd there
+
+
+def test_any_of_picks_the_earliest_instant_across_a_dst_fall_back() -> None:
+    """New York, 2024-11-03: 01:00-02:00 happens twice. At 05:35 UTC (01:35 EDT) the hourly cron's next
+    point is 01:30 EST (06:30 UTC, fold=1) and the other's is 01:45 EDT (05:45 UTC). The union must
+    answer 05:45 UTC (it answered 06:30 UTC: datetimes of one tzinfo compare by their wall times)."""
+    hourly = Cron("30 * * * *", "America/New_York")
+    at_1_45 = Cron("45 1 * * *", "America/New_York")
+    now = datetime(2024, 11, 3, 5, 35, tzinfo=UTC)
+    assert hourly(now).astimezone(UTC) == datetime(2024, 11, 3, 6, 30, tzinfo=UTC)
+    assert at_1_45(now).astimezone(UTC) == datetime(2024, 11, 3, 5, 45, tzinfo=UTC)
+    assert AnyOf(hourly, at_1_45)(now).astimezone(UTC) == datetime(2024, 11, 3, 5, 45, tzinfo=UTC)
+
+
+def test_a_keyed_scheduler_on_a_union_runs_every_fire_across_a_dst_fall_back() -> None:
+    """Berlin, 2024-10-27 (02:00-03:00 twice): a key on AnyOf(every hour at :30, daily 02:45) must run
+    at 00:45, 01:30, 02:30 UTC (the 02:45 CEST fire, 00:45 UTC, was lost)."""
+    wall0 = datetime(2024, 10, 27, 0, 35, tzinfo=UTC).timestamp()
+    clock = ManualClock(0.0, wall=wall0)
+    ran: list[datetime] = []
+    schedule = AnyOf(Cron("30 * * * *", "Europe/Berlin"), Cron("45 2 * * *", "Europe/Berlin"))
+    sched = Scheduler(clock)
+    keyed = KeyedScheduler(
+        sched, schedule, lambda key, data: ran.append(datetime.fromtimestamp(clock.wall(), UTC))
+    )
+    keyed.upsert("k")
+    keyed.start()
+    for _ in range(2 * 3600):
+        clock.advance(1.0)
+        sched.run_pending()
+    keyed.close()
+    assert [t.strftime("%H:%M") for t in ran[:3]] == ["00:45", "01:30", "02:30"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "now", "day", "expected"),
+    [
+        # Santiago falls back at 24:00 on 2024-04-06: 23:00-24:00 of April 6 happens twice
+        ("America/Santiago", datetime(2024, 4, 6, 16, 0, tzinfo=UTC), date(2024, 4, 6), "2024-04-07T04:00"),
+        # Beirut falls back at 24:00 on 2024-10-26 (23:00-24:00 twice)
+        ("Asia/Beirut", datetime(2024, 10, 26, 9, 0, tzinfo=UTC), date(2024, 10, 26), "2024-10-26T22:00"),
+    ],
+)
+def test_excluding_a_day_that_falls_back_at_midnight_finds_the_next_days_first_point(
+    zone: str, now: datetime, day: date, expected: str
+) -> None:
+    """The first point not on the excluded day is the next day's 00:00 (the step back from midnight, in
+    the zone's wall time, landed in the first copy of the repeated hour: the calendar was said to
+    exclude every point, and the key went INVALID)."""
+    schedule = Excluding(Cron("*/15 * * * *", zone), {day})
+    got = schedule(now)
+    assert got is not None and got.astimezone(UTC).strftime("%Y-%m-%dT%H:%M") == expected
+
+
+@pytest.mark.parametrize("interval", [1e20, 10**15])
+def test_every_refuses_a_huge_interval_naming_it(interval: Any) -> None:
+    with pytest.raises(ValueError, match="interval must be at most"):  # (it was an OverflowError)
+        Every(interval)

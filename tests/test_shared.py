@@ -2258,3 +2258,32 @@ def test_a_keys_count_of_runs_is_the_databases_and_an_upsert_elsewhere_adopts_it
     assert sql(dsn, "SELECT runs FROM timerwheel_keys") == [(4,)]
     a.close()
     b.close()
+
+
+@pytest.mark.realtime
+def test_an_upsert_elsewhere_of_a_key_that_ran_its_max_runs_leaves_its_row_disabled(dsn: str) -> None:
+    """a runs k three times (max_runs=3); b, which never held k, upserts it with max_runs=3: b adopts the
+    database's count (Put.runs=3), plans the key DISABLED and writes that plan (the row it committed
+    was planned with runs=0, and kept 'pending' at a fire that never came; the next holder reported
+    that fire missed). Tolerance: 5 s for a loaded CI machine to run three fires 0.2 s apart."""
+    runs: collections.Counter[Any] = collections.Counter()
+    missed: list[Any] = []
+    a = Node(dsn, runs, on_missed=lambda *args: missed.append(args))
+    a.keyed.upsert("k", max_runs=3)
+    wait_for(lambda: sum(runs.values()) == 3, 5.0, "three runs")
+    wait_for(lambda: a.keyed.get("k").state is KeyState.DISABLED, 5.0, "then disabled")  # type: ignore[union-attr]
+    b = Node(dsn, runs, on_missed=lambda *args: missed.append(args))
+    b.keyed.upsert("k", {"v": 2}, max_runs=3)
+    info = b.keyed.get("k")
+    assert info is not None and info.state is KeyState.DISABLED and info.runs == 3
+    wait_for(
+        lambda: sql(dsn, "SELECT runs, state, next_run_at FROM timerwheel_keys") == [(3, "disabled", None)],
+        5.0,
+        "b writes the plan it made with the database's count",
+    )
+    b.close()  # b gives k back; a claims it
+    wait_for(lambda: a.keyed.get("k") is not None, 5.0, "a claims k")
+    time.sleep(0.5)
+    a.close()
+    assert sum(runs.values()) == 3
+    assert missed == []

@@ -74,6 +74,8 @@ class Every:
             raise TypeError(f"interval must be a timedelta or seconds, not {type(interval).__name__}")
         if step < 1:
             raise ValueError(f"interval must be > 0 (at least a microsecond), not {interval!r}")
+        if step > _MAX_US - _MIN_US:
+            raise ValueError(f"interval must be at most the span of datetime's range, not {interval!r}")
         self.interval = timedelta(microseconds=step)
         self.anchor = _EPOCH if anchor is None else _aware(anchor, "anchor")
         self._interval_us = step
@@ -103,7 +105,10 @@ class Every:
         point = self._anchor_us + ((at - self._anchor_us) // step + 1) * step
         if not _MIN_US <= point <= _MAX_US:
             return None
-        return (_EPOCH + timedelta(microseconds=point)).astimezone(self.anchor.tzinfo)
+        try:
+            return (_EPOCH + timedelta(microseconds=point)).astimezone(self.anchor.tzinfo)
+        except OverflowError:  # (in the anchor's zone, past datetime's range)
+            return None
 
     def __call__(self, now: datetime, key: Any = None, data: Any = None) -> datetime | None:
         """As a KeyedScheduler next_run: the first point after `now` (the key and the data are ignored)."""
@@ -159,7 +164,9 @@ class AnyOf:
             if point is None:
                 continue
             _aware(point, f"the point of schedules[{i}] ({part!r})")
-            if best is None or point < best:
+            # (as instants: two datetimes of one tzinfo compare by their wall times, which a repeated
+            # hour's two copies share)
+            if best is None or point.astimezone(UTC) < best.astimezone(UTC):
                 best = point
         return best
 
@@ -249,12 +256,14 @@ class Excluding:
             if not self._excluded(day):
                 return checked
             try:
-                following = datetime.combine(day + timedelta(days=1), time(), tz)
+                following = datetime.combine(day + timedelta(days=1), time(), tz).astimezone(UTC)
             except OverflowError:
                 return None
             # (the schedule asked for its first point from the next date's start on; a step back of a
-            # microsecond keeps a point at midnight itself; never before the excluded point: progress)
-            point = self.schedule(max(following - _US, point), key, data)
+            # microsecond keeps a point at midnight itself; never before the excluded point: progress.
+            # In UTC: a step back in the zone's wall time may land in the first copy of a repeated hour
+            # before midnight, and two datetimes of one tzinfo compare by their wall times)
+            point = self.schedule(max(following - _US, checked.astimezone(UTC)), key, data)
         raise ValueError(
             f"{self!r}: {EXCLUDED_IN_A_ROW} dates in a row are excluded after {now.isoformat()}: "
             "the calendar excludes every point"

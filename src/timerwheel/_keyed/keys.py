@@ -416,18 +416,21 @@ def windowed(
     the first point after t, as `next_after` gives it, that is in [start, end]; None past the end. Before
     the window, the schedule's first point at or after `start`: the point at `start` if there is one (its
     first point after start - 1 µs is start), else its first point after start (asked at start itself, so
-    that a schedule counted from now, now + an interval, counts from start). A point in the past that the
-    schedule gives before the window opens (a one-off that is overdue) comes due at `start`."""
+    that a schedule counted from now, now + an interval, counts from start). A point before `start` that
+    the schedule gives (a one-off that is overdue) counts at `start`: due then, or now if the window is
+    open. From `end` on there is no next point (not even an overdue one)."""
 
     def inside(t: float) -> float | BaseException | None:
+        if end is not None and t >= end:
+            return None
         if start is not None and t < start:
             point = next_after(start - 1e-6)
             if isinstance(point, float) and point != start:
                 point = next_after(start)
-            if isinstance(point, float) and point < start:
-                point = start
         else:
             point = next_after(t)
+        if isinstance(point, float) and start is not None and point < start:
+            point = start
         if isinstance(point, float) and end is not None and point > end:
             return None
         return point
@@ -467,10 +470,14 @@ def options(
     end: float | None = None,
     max_runs: int | None = None,
 ) -> Options | None:
-    """A key's own options (one object for each distinct set: many keys share it), or None: none."""
+    """A key's own options, or None: none. Those without a window or a count are one object for each
+    distinct set (many keys share it); a window and a count are a key's own, each object its key's (none
+    is kept once its key has gone)."""
     made = Options(overlap, jitter, spread, start, end, max_runs)
     if made == _NONE:
         return None
+    if start is not None or end is not None or max_runs is not None:
+        return made
     return _INTERNED.setdefault(made, made)
 
 
@@ -503,7 +510,9 @@ def options_text(own: Options | None) -> str | None:
         fields.update(jitter=own.jitter, spread=own.spread)  # type: ignore[arg-type]
         fields.update(start=us(own.start), end=us(own.end), max_runs=own.max_runs)  # type: ignore[arg-type]
         kept = {k: v for k, v in fields.items() if v is not None}
-        text = _TEXTS[own] = json.dumps(kept, separators=(",", ":"))
+        text = json.dumps(kept, separators=(",", ":"))
+        if own.start is None and own.end is None and own.max_runs is None:  # (interned: see options)
+            _TEXTS[own] = text
     return text
 
 

@@ -121,6 +121,13 @@ def decide(
         and policy.reschedule is Reschedule.AFTER_FINISH
     ):  # its run's end was recorded, not its row (closed during the run, or a shared key taken over
         base = _as_if_ended(rec, rec.last_scheduled_for, evaluate)  # then): as if it ended on time
+    limit = None if rec.options is None else rec.options.max_runs
+    if limit is not None and rec.runs >= limit:  # (it ran its max_runs: it owes nothing, but its reruns)
+        if queue:
+            plan.state, plan.at = KeyState.PENDING, queue[0][0]
+        else:
+            plan.state, plan.at = KeyState.DISABLED, None
+        return plan
     if policy.reschedule is Reschedule.NONE and interrupted and base is None:
         # A run of Reschedule.NONE was going: the key is DISABLED after it (after its rerun, if any).
         if queue:
@@ -157,7 +164,6 @@ def decide(
         run = []
     else:
         run = sorted(set(runnable))[: policy.max_catch_up]
-    limit = None if rec.options is None else rec.options.max_runs
     if limit is not None:  # (a key that may run only so many times more: the earliest of them run)
         run = run[: max(0, limit - rec.runs - sum(1 for _, rerun in queue if not rerun))]
     chosen = set(run)

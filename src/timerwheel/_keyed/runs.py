@@ -330,8 +330,10 @@ class Runs:
         rest = queue[1:] if queue and queue[0][0] == scheduled_for else (queue or [])
         if rest:  # more catch-up fires follow this one: the next is the next run
             state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
-        elif trigger is not None and trigger.kept is not None:  # (a trigger: the plan it found, kept)
-            state, at = trigger.kept
+        elif trigger is not None and trigger.kept is not None:  # (a trigger: the plan it found, kept,
+            state, at = trigger.kept  # unless this run is the key's last: its max_runs)
+            if rec.options is not None and rec.options.max_runs is not None and runs >= rec.options.max_runs:
+                state, at = KeyState.DISABLED, None
             last_error, error = rec.last_error, None
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)

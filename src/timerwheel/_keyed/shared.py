@@ -9,7 +9,7 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any, NamedTuple
 
@@ -90,7 +90,7 @@ class SharedKeys:
 
         def apply(generation: int) -> None:
             if self.applies(key, seq):
-                self.table.changed(change, generation)
+                self._replanned([self.table.changed(change, generation)])
 
         return Pending([key], seq, self.journal.changer().submit(self.table.store.put, change.row), apply)
 
@@ -101,10 +101,19 @@ class SharedKeys:
         seq = self.changing(keys)
 
         def apply(generations: list[int]) -> None:
-            self.table.replaced(changes, removed, generations, lambda key: self.applies(key, seq))
+            self._replanned(
+                self.table.replaced(changes, removed, generations, lambda key: self.applies(key, seq))
+            )
 
         rows = [change.row for change in changes]
         return Pending(keys, seq, self.journal.changer().submit(self.table.store.replace, rows, None), apply)
+
+    def _replanned(self, rows: Sequence[StoredKey | None]) -> None:
+        """The rows of keys planned again once a change was committed (the database's count of runs was
+        not the one their plan was made with: see KeyTable.changed): written, as a decision is."""
+        written = [row for row in rows if row is not None]
+        if written:
+            self.journal.write(self.journal.save, written, [], f"the plan of {len(written)} changed key(s)")
 
     def delete(self, key: Hashable) -> Pending:
         """remove() with a shared store: held here or by another process, the store knows."""

@@ -436,11 +436,12 @@ class KeyTable:
         row = rec.row(encoded, rec.generation + 1, state, at, last_error, options=own)
         return Change(rec, encoded, state, at, last_error, result, row, own, wall_now, rec.runs)
 
-    def changed(self, change: Change, stored: int | Put) -> None:
+    def changed(self, change: Change, stored: int | Put) -> StoredKey | None:
         """A change that the store committed, at the generation it answered (the store's: one above any
         generation it ever held for the key, or, a shared store, above any other process's), with the
         key's count of runs if it answered one (Put: a shared store counts them): applied. A count other
-        than the one the plan was made with plans the key again, if its max_runs makes it matter."""
+        than the one the plan was made with plans the key again, if its max_runs makes it matter: the
+        row to write then (the store has the plan made with the other count), else None."""
         generation, runs = int(stored), stored.runs if isinstance(stored, Put) else None
         key = change.row.key
         rec = self.keys.get(key)
@@ -460,9 +461,10 @@ class KeyTable:
             rec.runs = runs
         if runs is not None and runs != change.runs and change.options and change.options.max_runs:
             self.plan(rec, change.wall_now)
-            return
+            return rec.row(change.encoded, generation, rec.state, rec.next_run_at, rec.last_error)
         error = change.result if isinstance(change.result, BaseException) else None
         self.apply(rec, change.state, change.at, change.last_error, error)
+        return None
 
     def replaced(
         self,
@@ -470,16 +472,21 @@ class KeyTable:
         removed: list[Hashable],
         generations: Sequence[int | Put],
         applies: Callable[[Hashable], bool] | None = None,
-    ) -> None:
+    ) -> list[StoredKey]:
         """A replace_all() that the store committed, at `generations` (one per change): the removed keys
         forgotten, the changes applied; with `applies` (a shared store's), only the keys it says (see
-        SharedKeys.applies: asked once for every key, in this order)."""
+        SharedKeys.applies: asked once for every key, in this order). Returns the rows to write (see
+        changed)."""
         for key in removed:
             if (applies is None or applies(key)) and key in self.keys:
                 self.forget(key)
+        rows = []
         for change, generation in zip(changes, generations, strict=True):
             if applies is None or applies(change.row.key):
-                self.changed(change, generation)
+                row = self.changed(change, generation)
+                if row is not None:
+                    rows.append(row)
+        return rows
 
     # -- runs ending ----------------------------------------------------------------------------------
 
