@@ -427,3 +427,27 @@ def test_the_windows_of_removed_keys_are_not_kept_for_ever(clock: ManualClock) -
     assert life.keyed.snapshot() == {}
     assert len(keys._INTERNED) - before < 100, len(keys._INTERNED) - before
     life.keyed.close()
+
+
+def test_a_pause_and_a_resume_keep_the_count_of_runs_in_the_file(tmp_path: Path, clock: ManualClock) -> None:
+    """The row a pause (or a resume) writes carries the key's count of runs: it was written as 0, and a
+    key paused, then loaded by the next life, ran its max_runs again (found by the simulation, sqlite seed
+    930093)."""
+    path = tmp_path / "keys.db"
+    life = Life(SQLiteStore(path), clock)
+    life.keyed.upsert("k", max_runs=3)
+    life.keyed.start()
+    life.advance(25)
+    life.keyed.pause("k")
+    life.keyed.close()
+    again = Life(SQLiteStore(path), clock)
+    assert again.keyed.get("k").runs == 2  # type: ignore[union-attr]
+    again.keyed.start()
+    again.keyed.resume("k")
+    again.keyed.close()
+    third = Life(SQLiteStore(path), clock)
+    third.keyed.start()
+    third.advance(100)
+    assert len(starts(third)) == 1  # (the one run left: the resume's catch-up)
+    assert third.keyed.get("k").runs == 3  # type: ignore[union-attr]
+    third.keyed.close()

@@ -2287,3 +2287,34 @@ def test_an_upsert_elsewhere_of_a_key_that_ran_its_max_runs_leaves_its_row_disab
     a.close()
     assert sum(runs.values()) == 3
     assert missed == []
+
+
+@pytest.mark.realtime  # a real lock held open; each bound is several times what it needs
+def test_a_fire_whose_row_another_session_holds_is_told_late(dsn: str) -> None:
+    """A key's row locked by another session (an operator's open transaction): its fires cannot be
+    taken, they wait; once one has waited late_grace (0.5 s) past its time, on_late is told, once for
+    that fire, and the other key goes on. The lock goes: the key runs again. (Bounds of 5 s: a loaded
+    CI machine.)"""
+    runs: collections.Counter[Any] = collections.Counter()
+    late: list[tuple[Any, float]] = []
+    node = Node(
+        dsn,
+        runs,
+        next_run=every(0.2),
+        late_grace=0.5,
+        on_late=lambda key, due, late_by: late.append((key, late_by)),
+    )
+    node.keyed.replace_all({"a": None, "b": None})
+    wait_for(lambda: runs_of(runs, "a") >= 2 and runs_of(runs, "b") >= 2, 5.0, "both keys fire")
+    assert late == []
+    with psycopg.connect(dsn) as locker:  # (not autocommit: the lock is held until the rollback)
+        locker.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", ('"a"',))
+        wait_for(lambda: late, 5.0, "a's waiting fire is told late")
+        b_then = runs_of(runs, "b")
+        wait_for(lambda: runs_of(runs, "b") >= b_then + 2, 5.0, "b goes on")
+        locker.rollback()
+    a_then = runs_of(runs, "a")
+    wait_for(lambda: runs_of(runs, "a") > a_then, 5.0, "a runs again")
+    node.close()
+    assert {key for key, _ in late} == {"a"} and all(late_by >= 0.5 for _, late_by in late)
+    assert node.keyed.stats().late == len(late)

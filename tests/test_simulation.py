@@ -96,6 +96,7 @@ FOUND_TRIGGERS = [
 # (seeds found with everything drawn: overlap, delays, triggers, windows and counts)
 FOUND_ALL = [
     ("sqlite", 910054, "a key whose window ended after a point lost that point's delayed fire"),
+    ("sqlite", 930093, "a pause wrote the key's row with no runs: the next life ran its max_runs again"),
 ]
 
 
@@ -115,6 +116,7 @@ def test_a_seed_that_found_a_bug_stays_fixed(
         campaign.keyed["overlap"] = None
         campaign.keyed.pop("jitter", None)
         campaign.keyed.pop("spread", None)
+        campaign.keyed.pop("late_grace", None)
         for _, what, args in campaign.events:
             if what == "upsert":
                 args[2].pop("m", None)
@@ -208,6 +210,25 @@ def test_a_key_that_runs_past_its_max_runs_or_out_of_its_window_is_caught(
         cluster.upsert("b", window, 0, **limits_of(window))
         cluster.run_for(8.0)
         assert {"max-runs", "in-its-window"} <= {v.invariant for v in cluster.violations}
+
+
+def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a bug: every fire is told late as it is handed over (late_by 0). The oracle catches it."""
+    real = _runs.Runs._watch
+
+    def eager(self: Any, rec: Any, scheduled_for: float, rerun: bool) -> None:
+        real(self, rec, scheduled_for, rerun)
+        assert rec.late is not None
+        self._tell_late(rec.late, scheduled_for)  # (as if the grace had passed)
+
+    monkeypatch.setattr(_runs.Runs, "_watch", eager)
+    cluster = SimulatedCluster(
+        every_second, lambda key, data: None, store="memory", processes=1, points=True, late_grace=0.5
+    )
+    with cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        assert {v.invariant for v in cluster.violations} == {"late-told-late"}
 
 
 @pytest.mark.parametrize("store", STORES)

@@ -112,6 +112,8 @@ class KeyedStats:
         clock_errors: times the wall clock could not be read as a key's run started or ended (logged;
             the run is tried again after a back-off, or its end planned from the last reading).
         skipped: fires not run because a run of their key was going (Overlap.SKIP).
+        late: fires that had not started late_grace seconds after they were due (each told to on_late
+            once).
     """
 
     keys: int = 0
@@ -124,6 +126,7 @@ class KeyedStats:
     abandoned: int = 0
     clock_errors: int = 0
     skipped: int = 0
+    late: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -245,6 +248,7 @@ class Key(WallTimer):
         "last_call",
         "last_error",
         "last_scheduled_for",
+        "late",
         "next_run_at",
         "options",
         "owner",
@@ -301,6 +305,7 @@ class Key(WallTimer):
         self.taking = 0
         self.resumed = False
         self.triggered: Trigger | None = None  # (a trigger not run yet; of its generation only)
+        self.late: Late | None = None  # (its late check, with on_late or late_grace: see Late)
 
     def row(
         self,
@@ -313,11 +318,12 @@ class Key(WallTimer):
         options: Options | Own | None = OWN,
         triggered: Trigger | Own | None = OWN,
         runs: int | None = None,
+        paused: bool | None = None,
     ) -> StoredKey:
         """Its row for a durable store: `data` its JSON, the plan given (generation, state, next run, last
         error), its latest started fire (`started`, or its own), its options (or its own) and its
         trigger not run yet (`triggered`, or its own, if of that generation), its count of runs (`runs`,
-        or its own). The one place a row is made."""
+        or its own), and whether it is paused (`paused`, or its own). The one place a row is made."""
         latest = self.last_scheduled_for if started is None else started
         text = options_text(self.options if options is OWN else options)
         trigger = self.triggered if triggered is OWN else triggered
@@ -330,7 +336,7 @@ class Key(WallTimer):
             us(at),
             us(latest),
             last_error,
-            self.paused,
+            self.paused if paused is None else paused,
             text,
             pending,
             self.runs if runs is None else runs,
@@ -366,6 +372,27 @@ class Key(WallTimer):
                 self.runs,
             ),
         )
+
+
+class Late(WallTimer):
+    """A key's late check (KeyedScheduler's on_late, late_grace): a timer of the engine armed, as a fire
+    of the key comes, at its due time + late_grace; when it fires, the fire is told late if it still
+    waits (handed over and not begun: a worker, a slot, a store's take; or first in the key's queue:
+    behind a run of the key, a failing clock). One per key, moved from fire to fire; `fire_of` is the
+    (generation, scheduled_for) it watches, `told` whether it was told late."""
+
+    __slots__ = ("fire_of", "owner", "rec", "told")
+
+    def __init__(self, owner: Any, rec: Key) -> None:
+        super().__init__()
+        self.owner = owner
+        self.rec = rec
+        self.fire_of: tuple[int, float] | None = None
+        self.told = False
+
+    def fire(self) -> None:
+        """Its time came (drain() calls it): tell the fire late if it still waits."""
+        self.owner.late_due(self)
 
 
 from_posix = datetime.fromtimestamp

@@ -459,5 +459,7 @@ def unpause(table: KeyTable, recs: list[Key]) -> None:
 
 
 def _row(table: KeyTable, rec: Key, paused: bool) -> StoredKey:
-    row = rec.row(table.encode(rec.data), rec.generation, rec.state, rec.next_run_at, rec.last_error)
-    return StoredKey(*row[:7], paused, row.options)
+    encoded = table.encode(rec.data)  # (a pause drops a trigger not run yet: none, paused or resumed)
+    return rec.row(
+        encoded, rec.generation, rec.state, rec.next_run_at, rec.last_error, triggered=None, paused=paused
+    )

@@ -10,6 +10,7 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable
+from datetime import UTC
 from typing import Any, NamedTuple
 
 from .._engine import JobContext, log_safely
@@ -20,12 +21,14 @@ from .keys import (
     OWN,
     Key,
     KeyState,
+    Late,
     Overlap,
     Reschedule,
     Trigger,
     advancing,
     decided,
     describe,
+    from_posix,
     iso,
     keep_first,
     latest_started,
@@ -119,15 +122,71 @@ class Runs:
         if rec.handed == fire:
             return  # handed over already, its take not done yet: the take plans the key's next fire
         if rec.running and self._overlapping(rec, rec.generation, scheduled_for, rerun):
+            if self.table.late_grace is not None and rec.catch_up and rec.catch_up[0][0] == scheduled_for:
+                self._watch(rec, scheduled_for, rerun)  # (it waits for the run)
             return  # (it came while a run of its key goes: it waits for the run, or it was skipped)
         rec.handed = fire
         rec.hand += 1
+        if self.table.late_grace is not None:
+            self._watch(rec, scheduled_for, rerun)
         engine.schedule_at(
             rec.due,
             self.job,
             args=(rec, rec.generation, scheduled_for, rerun, rec.hand),
             options=self.options,
         )
+
+    # -- late checks (on_late) -------------------------------------------------------------------------
+
+    def _watch(self, rec: Key, scheduled_for: float, rerun: bool) -> None:
+        """Under the lock: a fire of the key came (handed over, or waiting for a run of its key): its
+        late check is armed at its due time + late_grace (once per fire). Its due time is its time, or,
+        for a fire a catch-up decided to run (a fire missed while the process was down, a rerun), the
+        decision's: those are late by design, and are told only if they then wait past the grace. A
+        fire that comes already past it (the loop was stuck) is told at once."""
+        t = self.table
+        fire = (rec.generation, scheduled_for)
+        late = rec.late
+        if late is None:
+            late = rec.late = Late(self, rec)
+        elif late.fire_of == fire:
+            return  # (watched already, or told)
+        late.fire_of, late.told = fire, False
+        due = scheduled_for
+        if decided(rec, rec.generation, scheduled_for, rerun) and rec.decided is not None:
+            due = max(due, rec.decided[1])
+        grace = t.late_grace
+        assert grace is not None and t.engine is not None
+        try:
+            wall_now = t.wall_now()
+        except Exception:  # (the check is armed all the same: it reads the clock again then)
+            wall_now = due
+        if wall_now - due >= grace:
+            self._tell_late(late, wall_now)
+        elif late.id is None or not t.engine.move_wall_timer(late, due + grace):
+            t.engine.add_wall_timer(late, due + grace)
+
+    def late_due(self, late: Late) -> None:
+        """A late check's time came (in drain(), under the driver's serialisation, as a key's fire):
+        its fire is told late if it still waits to begin."""
+        try:
+            wall_now = self.table.wall_now()
+        except Exception:
+            wall_now = late.wall
+        self._tell_late(late, wall_now)
+
+    def _tell_late(self, late: Late, wall_now: float) -> None:
+        rec, t = late.rec, self.table
+        if late.told or late.fire_of is None or t.closed or rec.paused or t.keys.get(rec.key) is not rec:
+            return
+        generation, scheduled_for = late.fire_of
+        queue = rec.catch_up
+        waits = rec.handed == late.fire_of or bool(queue and queue[0][0] == scheduled_for)
+        if rec.generation != generation or not waits:
+            return  # (it began, or it was skipped, dropped, superseded)
+        late.told = True
+        t.counts["late"] += 1
+        t.call(t.on_late, rec.key, from_posix(scheduled_for, UTC), max(0.0, wall_now - scheduled_for))
 
     # -- the run, as the scheduler's job --------------------------------------------------------------
 

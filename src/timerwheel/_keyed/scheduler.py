@@ -104,11 +104,24 @@ class KeyedScheduler:
         on_state_change: on_state_change(key, old_state, new_state), on every change of state.
         on_finish: on_finish(key, data, error) after every run (error None when it returned).
         on_invalid: on_invalid(key, data, error) when next_run fails for a key.
+        store: where keys are kept (MemoryStore by default; SQLiteStore, PostgresStore).
+        catch_up: what a start (or a resume) does with the fires missed meanwhile (see start()).
+        max_catch_up: the most missed fires a start counts and runs per key (see start()).
+        misfire_grace: seconds past which a missed fire is not run (None: no limit; see start()).
+        recover: what a start does with a fire interrupted by the process's end (see start()).
+        on_missed: on_missed(key, data, count, first, last) for the fires missed and not run.
+        on_late: on_late(key, due, late_by) when a fire of a key has not begun late_grace seconds after
+            it was due (`due` its time, an aware UTC datetime; `late_by` seconds since then): a worker
+            pool or a slot that stays busy, a run of the key that goes on, a loop that was stuck, a store
+            that does not answer. Once per fire; also counted (KeyedStats.late).
+        late_grace: seconds a fire may wait to begin (> 0); None: 60 s with on_late, else no late checks
+            (given alone: they are counted, and nobody is called).
 
     Raises:
         TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule or
             overlap, a callback that is not callable, context not a bool.
-        ValueError: a negative run_timeout; a jitter or spread not from 0 to 1e9 seconds.
+        ValueError: a negative run_timeout; a jitter or spread not from 0 to 1e9 seconds; a late_grace
+            that is not > 0.
     """
 
     def __init__(
@@ -135,6 +148,8 @@ class KeyedScheduler:
         misfire_grace: float | None = None,
         recover: Recover = Recover.RERUN,
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None = None,
+        on_late: Callable[[Any, datetime, float], object] | None = None,
+        late_grace: float | None = None,
     ) -> None:
         from .._drivers.asyncio import AsyncScheduler
         from .._drivers.threaded import ThreadedScheduler
@@ -165,8 +180,15 @@ class KeyedScheduler:
             ("on_finish", on_finish),
             ("on_invalid", on_invalid),
             ("on_missed", on_missed),
+            ("on_late", on_late),
         ):
             callable_or_none(callback, name)
+        if late_grace is not None:
+            late_grace = seconds(late_grace, "late_grace")
+            if not 0 < late_grace < math.inf:
+                raise ValueError(f"late_grace must be > 0 seconds (or None), got {late_grace!r}")
+        elif on_late is not None:
+            late_grace = DEFAULT_LATE_GRACE
         if store is None:
             store = MemoryStore()
         elif not all(callable(getattr(store, m, None)) for m in ("load", "put", "start_fire", "close")):
@@ -213,6 +235,8 @@ class KeyedScheduler:
             on_finish=on_finish,
             on_invalid=on_invalid,
             on_missed=on_missed,
+            on_late=on_late,
+            late_grace=late_grace,
         )
         self._keys = table.keys  # (the same dict, for the hot paths)
         # upsert() takes its common case inline, but never under an AsyncScheduler nor with a durable
@@ -835,6 +859,7 @@ def _delay(value: Any, name: str) -> float:
 
 
 MAX_DELAY = 1e9  # seconds a fire may be delayed by, at most (jitter, spread: about 31 years)
+DEFAULT_LATE_GRACE = 60.0  # seconds a fire may wait to begin before on_late hears of it (on_late alone)
 
 
 def _when(at: float | None) -> datetime | None:

@@ -288,6 +288,7 @@ class SharedKeys:
                 old = self.table.keys.get(row.key)
                 if old is not None:
                     if old.generation == row.generation:
+                        old.runs = max(old.runs, row.runs)  # (another holder's runs meanwhile count)
                         self.table.taken(row.key)
                         continue
                     self.table.forget(row.key, cancel=self.table.cancel_on_replace)

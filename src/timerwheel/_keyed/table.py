@@ -82,6 +82,8 @@ class KeyTable:
         on_finish: Callable[[Any, Any, BaseException | None], object] | None,
         on_invalid: Callable[[Any, Any, BaseException], object] | None,
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None,
+        on_late: Callable[[Any, datetime, float], object] | None = None,
+        late_grace: float | None = None,
     ) -> None:
         self.sched = sched
         self.is_async = is_async
@@ -102,6 +104,10 @@ class KeyTable:
         self.on_finish = on_finish
         self.on_invalid = on_invalid
         self.on_missed = on_missed
+        # Late checks (Late): on with on_late or late_grace; a fire that has not begun late_grace seconds
+        # after it was due is told to on_late (and counted)
+        self.on_late = on_late
+        self.late_grace = late_grace
         self.store = store
         self.durable = bool(store.durable)
         self.shared = bool(getattr(store, "shared", False))
@@ -149,6 +155,7 @@ class KeyTable:
                 "abandoned",
                 "clock_errors",
                 "skipped",
+                "late",
             ),
             0,
         )

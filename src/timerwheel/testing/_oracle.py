@@ -393,6 +393,25 @@ class Oracle:
         self._reports.append((key, first.timestamp(), p.keyed_wall() if self._beyond else last.timestamp()))
         self.note(f"{p.name} missed {key!r} {count} from {first.isoformat()} to {last.isoformat()}")
 
+    def on_late(self, p: Any, key: Hashable, due: datetime, late_by: float) -> None:
+        """on_late: the fire had not begun on that process (its time `due`), and it is late_grace late."""
+        self.checks += 1
+        self.note(f"{p.name} late {key!r} {due.timestamp():.6f} by {late_by:.6f}")
+        at = round(due.timestamp() * 1e6)
+        grace = self._keyed["late_grace"]
+        if late_by < grace - 1e-6:
+            self.violate(
+                "late-told-late", f"{p.name} told key {key!r}'s fire of {at} late by {late_by} < {grace}"
+            )
+        for run in self.runs:
+            if run.key == key and run.scheduled_for == at and run.process == p.name and run.ended is None:
+                self.violate(
+                    "late-told-late",
+                    f"{p.name} told key {key!r}'s fire of {at} late while its run "
+                    f"(attempt {run.attempt}) goes",
+                )
+                return
+
     def watch_reports(self, keyed: KeyedScheduler, process: Any) -> None:
         """Note, for _on_missed, whether a report's count is a lower bound (more were missed than
         max_catch_up + 1, the most that a start counts)."""

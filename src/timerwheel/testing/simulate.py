@@ -352,6 +352,11 @@ class SimulatedCluster:
             context=True,
             store=process.store,
             on_missed=lambda key, data, n, first, last: self._oracle.on_missed(process, key, n, first, last),
+            on_late=(
+                (lambda key, due, late_by: self._oracle.on_late(process, key, due, late_by))
+                if self._keyed.get("late_grace") is not None
+                else None
+            ),
             **self._keyed,
         )
         self._oracle.watch_reports(process.keyed, process)
@@ -793,6 +798,9 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
         [None, None, None, None, 0.05, 0.5, 3.0]
     )
     keyed["overlap"] = random.Random(f"overlap {seed}").choice([None, None, None, *Overlap])
+    late = random.Random(f"late {seed}")
+    if late.random() < 0.3:  # (late checks: the oracle checks that a fire told late had not begun)
+        keyed["late_grace"] = late.choice([0.05, 0.5, 2.0])
     delays = random.Random(f"delays {seed}")
     if delays.random() < 0.3:  # (fires delayed by a hash of the key and the fire: the oracle checks it)
         keyed["jitter"] = delays.choice([0.0, 0.05, 0.3, 2.0])
