@@ -97,6 +97,7 @@ FOUND_TRIGGERS = [
 FOUND_ALL = [
     ("sqlite", 910054, "a key whose window ended after a point lost that point's delayed fire"),
     ("sqlite", 930093, "a pause wrote the key's row with no runs: the next life ran its max_runs again"),
+    ("memory", 940015, "oracle: a point skipped during a run, then the wall clock stepped back behind it"),
 ]
 
 

@@ -844,8 +844,10 @@ class Oracle:
             if start >= point + 1e-6:
                 continue
             died = self.cluster.process(r.process).died
-            if r.ended_wall is not None:
-                over = r.ended_wall
+            if r.ended_wall is not None and r.ended is not None:
+                # (its end's wall clock; or the furthest one reached by then, if the clock stepped back
+                # during the run: the points up to there came while the run went)
+                over = max(r.ended_wall, self._wall_at(r.ended))
             elif died is None:
                 over = math.inf
             elif after_finish and not self._passes_over:  # (a run cut by a kill: its end never came, and
