@@ -312,6 +312,7 @@ def apply_all(table: KeyTable, plans: list[tuple[Key, int, Plan]], paused: bool 
         rec.catch_up = plan.queue or None
         if plan.queue and plan.decided is not None:
             rec.decided = (generation, plan.decided)
+        rec.taken_up = plan.decided
         table.apply(rec, plan.state, plan.at, plan.last_error, plan.error)
         if rec.triggered is not None and not rec.paused:  # (stored, not run yet: after the catch-up)
             table.trigger(rec, rec.triggered)

@@ -105,7 +105,14 @@ class Runs:
     def fired(self, rec: Key) -> None:
         """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
         one-shot task of the scheduler due at once (it runs in this same drain, where the driver says).
-        The fire is the head of the key's catch-up queue if it has one, else its next run."""
+        The fire is the head of the key's catch-up queue if it has one, else its next run. A
+        KeyboardInterrupt or SystemExit from a callback meanwhile (on_state_change, on_late) is raised
+        then, where a job's would go."""
+        self._fired(rec)
+        if self.table.holding:
+            self.table.raise_held()
+
+    def _fired(self, rec: Key) -> None:
         engine = self.table.engine
         assert engine is not None
         calls = engine.drain_calls
@@ -140,31 +147,35 @@ class Runs:
 
     def _watch(self, rec: Key, scheduled_for: float, rerun: bool) -> None:
         """Under the lock: a fire of the key came (handed over, or waiting for a run of its key): its
-        late check is armed at its due time + late_grace (once per fire). Its due time is its time, or,
-        for a fire a catch-up decided to run (a fire missed while the process was down, a rerun), the
-        decision's: those are late by design, and are told only if they then wait past the grace. A
-        fire that comes already past it (the loop was stuck) is told at once."""
+        late check is armed at its due time + late_grace. Its due time is its time, or, for a fire due
+        before this process took the key up (a start, a claim, a resume: a catch-up's fire, a rerun, a
+        stored trigger), the taking up's: those were missed meanwhile (on_missed tells of them), and are
+        told late only if they then wait past the grace. A fire that comes already past it (the loop was
+        stuck) is told at once. Once per fire: a fire that comes again (after a pause, a failed take) is
+        watched from its due time as it is then, unless it was told."""
         t = self.table
         fire = (rec.generation, scheduled_for)
         late = rec.late
         if late is None:
             late = rec.late = Late(self, rec)
-        elif late.fire_of == fire:
-            return  # (watched already, or told)
-        late.fire_of, late.told = fire, False
+        elif late.fire_of == fire and late.told:
+            return
         due = scheduled_for
-        if decided(rec, rec.generation, scheduled_for, rerun) and rec.decided is not None:
-            due = max(due, rec.decided[1])
+        if rec.taken_up is not None and due < rec.taken_up:
+            due = rec.taken_up
         grace = t.late_grace
         assert grace is not None and t.engine is not None
+        if late.fire_of == fire and late.id is not None and late.deadline == due + grace:
+            return  # (watched already)
+        late.fire_of, late.told, late.deadline = fire, False, due + grace
         try:
             wall_now = t.wall_now()
         except Exception:  # (the check is armed all the same: it reads the clock again then)
             wall_now = due
-        if wall_now - due >= grace:
+        if wall_now >= late.deadline:
             self._tell_late(late, wall_now)
-        elif late.id is None or not t.engine.move_wall_timer(late, due + grace):
-            t.engine.add_wall_timer(late, due + grace)
+        elif late.id is None or not t.engine.move_wall_timer(late, late.deadline):
+            t.engine.add_wall_timer(late, late.deadline)
 
     def late_due(self, late: Late) -> None:
         """A late check's time came (in drain(), under the driver's serialisation, as a key's fire):
@@ -174,6 +185,8 @@ class Runs:
         except Exception:
             wall_now = late.wall
         self._tell_late(late, wall_now)
+        if self.table.holding:  # (a KeyboardInterrupt, a SystemExit from on_late: raised where a job's is)
+            self.table.raise_held()
 
     def _tell_late(self, late: Late, wall_now: float) -> None:
         rec, t = late.rec, self.table
@@ -664,6 +677,15 @@ class Runs:
                 rec.triggered = None  # (run: its take cleared it in the store)
         if start.trigger is not None and start.trigger.kept is not None:
             self._kept.add(ctx)  # (its end plans nothing: the key goes on with the plan it had)
+        tries = rec.tries
+        if (
+            start.rerun
+            and not self.table.durable
+            and tries is not None
+            and tries[:2] == (generation, scheduled_for)
+        ):
+            taken = tries[2] + 1  # (a retry: a memory store counts no attempts)
+        rec.tries = (generation, scheduled_for, taken)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -692,6 +714,48 @@ class Runs:
             return STALE
         self.table.counts["started"] += 1
         return value_of(rec.data)
+
+    def _retry_at(
+        self, rec: Key, ctx: JobContext, scheduled_for: float, wall_now: float, kept: bool
+    ) -> float | None:
+        """Under the lock: when a failed run's fire is tried again (the key's Retry, its attempts left),
+        or None: no retry, or the retry would come at or after the key's next fire (it gives way)."""
+        t = self.table
+        own = rec.options
+        retry = t.defaults.retry if own is None or own.retry is None else own.retry
+        if retry is None:
+            return None
+        fence = ctx.fence
+        attempt = 1 if fence is None else fence.attempt
+        if attempt >= retry.attempts:
+            return None
+        at = wall_now + retry.delay(attempt)
+        nxt: Any
+        if rec.catch_up:  # (fires to run at once follow: the retry gives way to them)
+            nxt = rec.catch_up[0][0]
+        elif kept or t.reschedule is Reschedule.BEFORE_RUN:
+            nxt = rec.next_run_at  # (planned as the run began)
+        elif t.reschedule is Reschedule.AFTER_FINISH:
+            nxt = t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True))
+        else:
+            nxt = None
+        if isinstance(nxt, float) and at >= nxt:
+            return None
+        return at
+
+    def _retried(self, rec: Key, generation: int, scheduled_for: float, at: float, error: Exception) -> None:
+        """Under the lock: a failed run's fire is tried again at `at` (the key armed there, the fire first
+        in its queue, as a rerun: one more attempt). A durable store gets the key's row and keeps the
+        fire unfinished, so that a process that dies meanwhile leaves it to `recover`."""
+        t = self.table
+        t.counts["retried"] += 1
+        keep_first(rec, scheduled_for, True)
+        last_error = describe(error)
+        state = KeyState.RUNNING if rec.running else KeyState.PENDING  # (another run of it may go on)
+        if t.durable and self.journal.store_open():
+            row = rec.row(t.encode(rec.data), generation, state, at, last_error)
+            self.journal.write(self.journal.save, [row], [], f"the retry of key {rec.key!r}")
+        t.apply(rec, state, at, last_error)
 
     def _untake(self, rec: Key, ctx: JobContext | None) -> None:
         """A fire taken as the KeyedScheduler closed: it does not run here, and it is not recorded as
@@ -743,6 +807,13 @@ class Runs:
             wall_now = self._wall_or(scheduled_for) if ended is None else ended
             mine = self.table.keys.get(rec.key) is rec and rec.generation == generation
             current = mine and not self.table.closed
+            if started and current and isinstance(error, Exception) and not rec.paused:
+                at = self._retry_at(rec, ctx, scheduled_for, wall_now, kept)
+                if at is not None:
+                    self._retried(rec, generation, scheduled_for, at, error)
+                    self.table.settle(rec)
+                    self.table.call(self.table.on_finish, rec.key, data, error)
+                    return
             outcome: tuple[KeyState, float | None, str | None] | None = None
             result: Any = None
             # (closed during the run: a durable store still gets the row the key would have had, so that

@@ -96,7 +96,7 @@ class KeyTable:
         overlap = defaults.overlap or (
             Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
         )
-        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0)
+        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0, retry=defaults.retry)
         self.shaped = bool(self.defaults.jitter or self.defaults.spread)
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
@@ -156,6 +156,7 @@ class KeyTable:
                 "clock_errors",
                 "skipped",
                 "late",
+                "retried",
             ),
             0,
         )
@@ -214,6 +215,7 @@ class KeyTable:
             self.gone[key] = rec
         rec.catch_up = None
         self.disarm(rec)
+        self.unwatch(rec)
         if cancel is None:
             cancel = self.cancel_on_remove
         if rec.running and cancel and rec.contexts:
@@ -423,6 +425,12 @@ class KeyTable:
     def disarm(self, rec: Key) -> None:
         if rec.id is not None and self.engine is not None:
             self.engine.cancel_timer(rec)
+
+    def unwatch(self, rec: Key) -> None:
+        """Take back the key's late check (a key removed, a KeyedScheduler closed): nothing of it waits."""
+        late = rec.late
+        if late is not None and late.id is not None and self.engine is not None:
+            self.engine.cancel_timer(late)
 
     def set_state(self, rec: Key, state: KeyState) -> None:
         old, rec.state = rec.state, state
