@@ -185,7 +185,6 @@ PUBLIC = [
     "Recover",
     "RepeatMode",
     "Reschedule",
-    "Retry",
     "RunOptions",
     "SQLiteStore",
     "Scheduler",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from timerwheel import CatchUp, Reschedule, Retry
+from timerwheel import CatchUp, Reschedule
 from timerwheel._keyed import runs as _runs
 from timerwheel._keyed import table as _table
 from timerwheel.testing import SimulatedCluster, Violation, _simstore
@@ -118,7 +118,6 @@ def test_a_seed_that_found_a_bug_stays_fixed(
         campaign.keyed.pop("jitter", None)
         campaign.keyed.pop("spread", None)
         campaign.keyed.pop("late_grace", None)
-        campaign.keyed.pop("retry", None)
         for _, what, args in campaign.events:
             if what == "upsert":
                 args[2].pop("m", None)
@@ -212,32 +211,6 @@ def test_a_key_that_runs_past_its_max_runs_or_out_of_its_window_is_caught(
         cluster.upsert("b", window, 0, **limits_of(window))
         cluster.run_for(8.0)
         assert {"max-runs", "in-its-window"} <= {v.invariant for v in cluster.violations}
-
-
-@pytest.mark.parametrize("store", STORES)
-def test_a_fire_retried_more_than_its_attempts_is_caught(monkeypatch: pytest.MonkeyPatch, store: str) -> None:
-    """Plant a bug: a failed run is always tried again, whatever its attempts. The oracle catches it;
-    the retries the rules allow pass."""
-
-    def fails(key: Any, data: Any) -> None:
-        raise RuntimeError("fails")
-
-    def cluster_of() -> SimulatedCluster:
-        return SimulatedCluster(
-            every_second, fails, store=store, processes=1, points=True, retry=Retry(2, backoff=0.05)
-        )
-
-    with cluster_of() as cluster:
-        cluster.upsert("a", {})
-        cluster.run_for(3.0)
-        cluster.quiet()
-        cluster.check()
-        assert any(r.attempt == 2 for r in cluster.runs)  # (retried, once per fire)
-    monkeypatch.setattr(_runs.Runs, "_retry_at", lambda self, rec, ctx, at, wall_now, kept: wall_now + 0.05)
-    with cluster_of() as cluster:
-        cluster.upsert("a", {})
-        cluster.run_for(3.0)
-        assert {v.invariant for v in cluster.violations} == {"retry-attempts"}
 
 
 def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

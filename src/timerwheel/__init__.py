@@ -26,7 +26,6 @@ from ._keyed import (
     Overlap,
     Recover,
     Reschedule,
-    Retry,
 )
 from ._schedules import AnyOf, Every, Excluding
 from ._stores import MemoryStore, PostgresStore, SQLiteStore, StoreError
@@ -97,7 +96,6 @@ __all__ = [
     "Recover",
     "RepeatMode",
     "Reschedule",
-    "Retry",
     "RunOptions",
     "SQLiteStore",
     "Scheduler",

@@ -114,7 +114,6 @@ class KeyedStats:
         skipped: fires not run because a run of their key was going (Overlap.SKIP).
         late: fires that had not started late_grace seconds after they were due (each told to on_late
             once).
-        retried: failed runs tried again (retry=).
     """
 
     keys: int = 0
@@ -128,7 +127,6 @@ class KeyedStats:
     clock_errors: int = 0
     skipped: int = 0
     late: int = 0
-    retried: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -155,8 +153,6 @@ class KeyInfo(NamedTuple):
         max_runs: the key's runs at most (upsert's `max_runs=`), or None: no limit.
         runs: the key's fires taken to run so far (a rerun of an interrupted fire is the same run), kept
             across upserts and restarts; remove() forgets it.
-        retry: how its failed runs are tried again (Retry: upsert's `retry=`, else the
-            KeyedScheduler's), or None.
     """
 
     key: Hashable
@@ -173,55 +169,12 @@ class KeyInfo(NamedTuple):
     end: datetime | None = None
     max_runs: int | None = None
     runs: int = 0
-    retry: Retry | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Retry:
-    """A failed run tried again (KeyedScheduler's and upsert()'s `retry=`): a fire runs `attempts` times
-    at most in all, the first run included; its n-th retry comes min(cap, backoff x 2^(n-1)) seconds after
-    the failed run ended, unless that is at or past the key's next fire (the retry gives way to it: the
-    fire ends failed). A run failed when it raised an Exception (a KeyboardInterrupt or a SystemExit is
-    not retried). Each retry is an attempt of the same fire (`ctx.fence.attempt`, the fire log's
-    attempts); while it waits the fire stays unfinished in a durable store, so that a process that dies
-    meanwhile leaves it to `recover` (Recover.RERUN runs it again at the next start).
-
-    Args:
-        attempts: the most runs of a fire, >= 1 (1: no retry).
-        backoff: seconds before the first retry, > 0; doubled for each one after.
-        cap: the most seconds between two attempts (>= backoff is not required: the delay is the lesser).
-
-    Raises:
-        TypeError: attempts not an int; backoff or cap not a number. ValueError: attempts < 1, backoff
-            or cap not > 0 or not finite.
-    """
-
-    attempts: int
-    backoff: float = 1.0
-    cap: float = 60.0
-
-    def __post_init__(self) -> None:
-        if type(self.attempts) is not int:
-            raise TypeError(f"attempts must be an int, not {type(self.attempts).__name__}")
-        if self.attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
-        for name in ("backoff", "cap"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-            if not 0 < value < math.inf:
-                raise ValueError(f"{name} must be > 0 seconds and finite, got {value!r}")
-            object.__setattr__(self, name, float(value))
-
-    def delay(self, attempt: int) -> float:
-        """Seconds before the retry that follows the failed run of attempt `attempt` (1: the first)."""
-        return min(self.cap, self.backoff * 2.0 ** min(attempt - 1, 1000))
 
 
 class Options(NamedTuple):
-    """A key's own options (upsert's overlap=, jitter=, spread=, start=, end=, max_runs=, retry=); None in
-    a field: the KeyedScheduler's (for the window and the count, which are a key's only: none). `start`
-    and `end` are POSIX seconds, whole microseconds."""
+    """A key's own options (upsert's overlap=, jitter=, spread=, start=, end=, max_runs=); None in a
+    field: the KeyedScheduler's (for the window and the count, which are a key's only: none). `start` and
+    `end` are POSIX seconds, whole microseconds."""
 
     overlap: Overlap | None = None
     jitter: float | None = None
@@ -229,7 +182,6 @@ class Options(NamedTuple):
     start: float | None = None
     end: float | None = None
     max_runs: int | None = None
-    retry: Retry | None = None
 
     @property
     def shaped(self) -> bool:
@@ -308,7 +260,6 @@ class Key(WallTimer):
         "state",
         "taken_up",
         "taking",
-        "tries",
         "triggered",
         "voided",
     )
@@ -359,9 +310,6 @@ class Key(WallTimer):
         # The wall time this process took the key up (a start, a claim, a resume: their decision): a fire
         # due before it was missed meanwhile, and counts its lateness from then (see Runs._watch)
         self.taken_up: float | None = None
-        # (generation, scheduled_for, attempt) of its latest run's fire: a memory store counts no attempts,
-        # and a retry (Retry) of that fire is one more
-        self.tries: tuple[int, float, int] | None = None
 
     def row(
         self,
@@ -426,7 +374,6 @@ class Key(WallTimer):
                 None if own is None or own.end is None else from_posix(own.end, UTC),
                 None if own is None else own.max_runs,
                 self.runs,
-                force.retry,
             ),
         )
 
@@ -554,12 +501,11 @@ def options(
     start: float | None = None,
     end: float | None = None,
     max_runs: int | None = None,
-    retry: Retry | None = None,
 ) -> Options | None:
     """A key's own options, or None: none. Those without a window or a count are one object for each
     distinct set (many keys share it); a window and a count are a key's own, each object its key's (none
     is kept once its key has gone)."""
-    made = Options(overlap, jitter, spread, start, end, max_runs, retry)
+    made = Options(overlap, jitter, spread, start, end, max_runs)
     if made == _NONE:
         return None
     if start is not None or end is not None or max_runs is not None:
@@ -582,7 +528,6 @@ def effective(own: Options | None, defaults: Options) -> Options:
         own.start,
         own.end,
         own.max_runs,
-        defaults.retry if own.retry is None else own.retry,
     )
 
 
@@ -596,8 +541,6 @@ def options_text(own: Options | None) -> str | None:
         fields = {"overlap": None if own.overlap is None else own.overlap.value}
         fields.update(jitter=own.jitter, spread=own.spread)  # type: ignore[arg-type]
         fields.update(start=us(own.start), end=us(own.end), max_runs=own.max_runs)  # type: ignore[arg-type]
-        if own.retry is not None:
-            fields["retry"] = [own.retry.attempts, own.retry.backoff, own.retry.cap]  # type: ignore[assignment]
         kept = {k: v for k, v in fields.items() if v is not None}
         text = json.dumps(kept, separators=(",", ":"))
         if own.start is None and own.end is None and own.max_runs is None:  # (interned: see options)
@@ -636,7 +579,6 @@ def options_of(text: str | None) -> Options | None:
         seconds_of(stored.get("start")),
         seconds_of(stored.get("end")),
         stored.get("max_runs"),
-        None if stored.get("retry") is None else Retry(*stored["retry"]),
     )
 
 

@@ -677,15 +677,6 @@ class Runs:
                 rec.triggered = None  # (run: its take cleared it in the store)
         if start.trigger is not None and start.trigger.kept is not None:
             self._kept.add(ctx)  # (its end plans nothing: the key goes on with the plan it had)
-        tries = rec.tries
-        if (
-            start.rerun
-            and not self.table.durable
-            and tries is not None
-            and tries[:2] == (generation, scheduled_for)
-        ):
-            taken = tries[2] + 1  # (a retry: a memory store counts no attempts)
-        rec.tries = (generation, scheduled_for, taken)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -714,48 +705,6 @@ class Runs:
             return STALE
         self.table.counts["started"] += 1
         return value_of(rec.data)
-
-    def _retry_at(
-        self, rec: Key, ctx: JobContext, scheduled_for: float, wall_now: float, kept: bool
-    ) -> float | None:
-        """Under the lock: when a failed run's fire is tried again (the key's Retry, its attempts left),
-        or None: no retry, or the retry would come at or after the key's next fire (it gives way)."""
-        t = self.table
-        own = rec.options
-        retry = t.defaults.retry if own is None or own.retry is None else own.retry
-        if retry is None:
-            return None
-        fence = ctx.fence
-        attempt = 1 if fence is None else fence.attempt
-        if attempt >= retry.attempts:
-            return None
-        at = wall_now + retry.delay(attempt)
-        nxt: Any
-        if rec.catch_up:  # (fires to run at once follow: the retry gives way to them)
-            nxt = rec.catch_up[0][0]
-        elif kept or t.reschedule is Reschedule.BEFORE_RUN:
-            nxt = rec.next_run_at  # (planned as the run began)
-        elif t.reschedule is Reschedule.AFTER_FINISH:
-            nxt = t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True))
-        else:
-            nxt = None
-        if isinstance(nxt, float) and at >= nxt:
-            return None
-        return at
-
-    def _retried(self, rec: Key, generation: int, scheduled_for: float, at: float, error: Exception) -> None:
-        """Under the lock: a failed run's fire is tried again at `at` (the key armed there, the fire first
-        in its queue, as a rerun: one more attempt). A durable store gets the key's row and keeps the
-        fire unfinished, so that a process that dies meanwhile leaves it to `recover`."""
-        t = self.table
-        t.counts["retried"] += 1
-        keep_first(rec, scheduled_for, True)
-        last_error = describe(error)
-        state = KeyState.RUNNING if rec.running else KeyState.PENDING  # (another run of it may go on)
-        if t.durable and self.journal.store_open():
-            row = rec.row(t.encode(rec.data), generation, state, at, last_error)
-            self.journal.write(self.journal.save, [row], [], f"the retry of key {rec.key!r}")
-        t.apply(rec, state, at, last_error)
 
     def _untake(self, rec: Key, ctx: JobContext | None) -> None:
         """A fire taken as the KeyedScheduler closed: it does not run here, and it is not recorded as
@@ -807,13 +756,6 @@ class Runs:
             wall_now = self._wall_or(scheduled_for) if ended is None else ended
             mine = self.table.keys.get(rec.key) is rec and rec.generation == generation
             current = mine and not self.table.closed
-            if started and current and isinstance(error, Exception) and not rec.paused:
-                at = self._retry_at(rec, ctx, scheduled_for, wall_now, kept)
-                if at is not None:
-                    self._retried(rec, generation, scheduled_for, at, error)
-                    self.table.settle(rec)
-                    self.table.call(self.table.on_finish, rec.key, data, error)
-                    return
             outcome: tuple[KeyState, float | None, str | None] | None = None
             result: Any = None
             # (closed during the run: a durable store still gets the row the key would have had, so that

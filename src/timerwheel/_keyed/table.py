@@ -96,7 +96,7 @@ class KeyTable:
         overlap = defaults.overlap or (
             Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
         )
-        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0, retry=defaults.retry)
+        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0)
         self.shaped = bool(self.defaults.jitter or self.defaults.spread)
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
@@ -156,7 +156,6 @@ class KeyTable:
                 "clock_errors",
                 "skipped",
                 "late",
-                "retried",
             ),
             0,
         )
