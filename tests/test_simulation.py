@@ -204,13 +204,18 @@ def test_a_key_that_runs_past_its_max_runs_or_out_of_its_window_is_caught(
         lambda own, defaults: real(own, defaults)._replace(max_runs=None, start=None, end=None),
     )
     monkeypatch.setattr(_runs.Runs, "_spent", lambda self, *args: False)
-    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1, points=True)
-    with cluster:
-        limited, window = {"m": 2}, {"w": [cluster.epoch + 3, cluster.epoch + 5]}
-        cluster.upsert("a", limited, 0, **limits_of(limited))
-        cluster.upsert("b", window, 0, **limits_of(window))
-        cluster.run_for(8.0)
+    with limited_keys(store) as cluster:
         assert {"max-runs", "in-its-window"} <= {v.invariant for v in cluster.violations}
+
+
+def limited_keys(store: str) -> SimulatedCluster:
+    """A cluster whose key "a" may run twice (max_runs) and "b" in a window of 3 to 5 s, run 8 s."""
+    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1, points=True)
+    limited, window = {"m": 2}, {"w": [cluster.epoch + 3, cluster.epoch + 5]}
+    cluster.upsert("a", limited, 0, **limits_of(limited))
+    cluster.upsert("b", window, 0, **limits_of(window))
+    cluster.run_for(8.0)
+    return cluster
 
 
 def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,12 +239,7 @@ def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("store", STORES)
 def test_a_key_that_keeps_to_its_max_runs_and_its_window_passes(store: str) -> None:
-    cluster = SimulatedCluster(every_second, lambda key, data: None, store=store, processes=1, points=True)
-    with cluster:
-        limited, window = {"m": 2}, {"w": [cluster.epoch + 3, cluster.epoch + 5]}
-        cluster.upsert("a", limited, 0, **limits_of(limited))
-        cluster.upsert("b", window, 0, **limits_of(window))
-        cluster.run_for(8.0)
+    with limited_keys(store) as cluster:
         cluster.quiet()
         cluster.check()
         assert len([r for r in cluster.runs if r.key == "a"]) == 2
