@@ -213,13 +213,16 @@ class Trigger(NamedTuple):
 
 class KeyOwner(Protocol):
     """What a key's record needs of the key table that holds it: whether its KeyedScheduler is closed (a
-    closed one shows every key DISABLED), and where a fire goes (the engine calls Key.fire at the key's
-    next run)."""
+    closed one shows every key DISABLED), where a fire goes (the engine calls Key.fire at the key's
+    next run), and what a callback of the fire held (a KeyboardInterrupt, a SystemExit: raised then)."""
 
     closed: bool
     defaults: Options  # (the KeyedScheduler's, every field set: a key's own, where it has one, go first)
+    holding: bool
 
     def fired(self, rec: Key) -> None: ...
+
+    def raise_held(self) -> None: ...
 
 
 class Own(enum.Enum):
@@ -347,8 +350,13 @@ class Key(WallTimer):
         )
 
     def fire(self) -> None:
-        """Its next run came (drain() calls it): hand the run to the scheduler."""
-        self.owner.fired(self)
+        """Its next run came (drain() calls it): hand the run to the scheduler. A KeyboardInterrupt or a
+        SystemExit from a callback meanwhile (on_state_change, on_late) is raised then, where a job's
+        would go."""
+        owner = self.owner
+        owner.fired(self)
+        if owner.holding:
+            owner.raise_held()
 
     def info(self) -> KeyInfo:
         # (closed: every key shows DISABLED, with no next run; the record keeps its plan, which a durable
@@ -665,6 +673,14 @@ def decided(rec: Key, generation: int, scheduled_for: float, rerun: bool) -> boo
         return True
     decision = rec.decided
     return decision is not None and decision[0] == generation and scheduled_for <= decision[1]
+
+
+def spent(rec: Key, runs: int | None = None) -> bool:
+    """Whether the key has run its max_runs (with `runs` runs, or its own count)."""
+    own = rec.options
+    if own is None or own.max_runs is None:
+        return False
+    return (rec.runs if runs is None else runs) >= own.max_runs
 
 
 def keep_first(rec: Key, scheduled_for: float, rerun: bool) -> None:

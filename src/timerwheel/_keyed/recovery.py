@@ -26,6 +26,7 @@ from .keys import (
     iso,
     micro,
     outcome_of,
+    spent,
 )
 from .table import KeyTable
 
@@ -121,8 +122,7 @@ def decide(
         and policy.reschedule is Reschedule.AFTER_FINISH
     ):  # its run's end was recorded, not its row (closed during the run, or a shared key taken over
         base = _as_if_ended(rec, rec.last_scheduled_for, evaluate)  # then): as if it ended on time
-    limit = None if rec.options is None else rec.options.max_runs
-    if limit is not None and rec.runs >= limit:  # (it ran its max_runs: it owes nothing, but its reruns)
+    if spent(rec):  # (it ran its max_runs: it owes nothing, but its reruns)
         if queue:
             plan.state, plan.at = KeyState.PENDING, queue[0][0]
         else:
@@ -164,6 +164,7 @@ def decide(
         run = []
     else:
         run = sorted(set(runnable))[: policy.max_catch_up]
+    limit = None if rec.options is None else rec.options.max_runs
     if limit is not None:  # (a key that may run only so many times more: the earliest of them run)
         run = run[: max(0, limit - rec.runs - sum(1 for _, rerun in queue if not rerun))]
     chosen = set(run)

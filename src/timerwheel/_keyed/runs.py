@@ -35,6 +35,7 @@ from .keys import (
     micro,
     outcome_of,
     since,
+    spent,
     value_of,
 )
 from .recovery import resume
@@ -105,14 +106,7 @@ class Runs:
     def fired(self, rec: Key) -> None:
         """A key's timer came due (in drain(), under the driver's serialisation): hand its run over, as a
         one-shot task of the scheduler due at once (it runs in this same drain, where the driver says).
-        The fire is the head of the key's catch-up queue if it has one, else its next run. A
-        KeyboardInterrupt or SystemExit from a callback meanwhile (on_state_change, on_late) is raised
-        then, where a job's would go."""
-        self._fired(rec)
-        if self.table.holding:
-            self.table.raise_held()
-
-    def _fired(self, rec: Key) -> None:
+        The fire is the head of the key's catch-up queue if it has one, else its next run."""
         engine = self.table.engine
         assert engine is not None
         calls = engine.drain_calls
@@ -404,7 +398,7 @@ class Runs:
             state, at, last_error, error = KeyState.PENDING, rest[0][0], rec.last_error, None
         elif trigger is not None and trigger.kept is not None:  # (a trigger: the plan it found, kept,
             state, at = trigger.kept  # unless this run is the key's last: its max_runs)
-            if rec.options is not None and rec.options.max_runs is not None and runs >= rec.options.max_runs:
+            if spent(rec, runs):
                 state, at = KeyState.DISABLED, None
             last_error, error = rec.last_error, None
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
@@ -458,8 +452,7 @@ class Runs:
         made before the count was known): it does not run, and the key plans no more (its queue's next
         fire, a rerun or a trigger, else DISABLED; a durable store gets the row). A rerun is the run it
         was, and a trigger's fire runs all the same: neither is spent."""
-        own = rec.options
-        if own is None or own.max_runs is None or rerun or rec.runs < own.max_runs:
+        if rerun or not spent(rec):
             return False
         if self._trigger_of(rec, generation, scheduled_for, rerun) is not None:
             return False

@@ -543,6 +543,9 @@ class KeyedScheduler:
                 raise RuntimeError("the KeyedScheduler is closed")
             t.check_caller()
             _check_scheduler_open(self._sched)
+            if own is not None and own.shaped:  # (from now on every plan is made by KeyTable.evaluate,
+                t.shaped = True  # which looks for the keys' options; a switch of speed only, never back)
+                self._inline = False
             if not t.durable:
                 # (first: a scheduler without a clock yet, an AsyncScheduler not started, raises and
                 # changes nothing)
@@ -554,16 +557,11 @@ class KeyedScheduler:
                         ctx.cancelled.set()
                 rec.data = data
                 rec.generation += 1
-                if own is not None and own.shaped:
-                    t.shaped = True
-                    self._inline = False  # (a shaped key's plan is made by KeyTable.evaluate)
                 rec.options = own
                 rec.catch_up = None  # (an older generation's catch-up is not this one's)
                 t.plan(rec, wall_now)
                 return None
             encode_key(key)
-            if own is not None and own.shaped:
-                t.shaped = True
             change = t.change(key, t.encode(data), t.wall_now(), own)
             if not t.shared:
                 t.changed(change, t.store.put(change.row))
