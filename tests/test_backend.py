@@ -185,6 +185,7 @@ PUBLIC = [
     "Recover",
     "RepeatMode",
     "Reschedule",
+    "Retry",
     "RunOptions",
     "SQLiteStore",
     "Scheduler",

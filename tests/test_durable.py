@@ -954,9 +954,15 @@ FAR = 2**62  # (an int SQLite keeps; microseconds far beyond the year 9999)
         pytest.param("keys", (*GOOD[:8], b"{}", None), "bad.* its options are bytes", id="opt-blob"),
         pytest.param(
             "keys",
-            (*GOOD[:8], '{"retry":1}', None),
-            "bad.* its options have 'retry', which this",
+            (*GOOD[:8], '{"history":1}', None),
+            "bad.* its options have 'history', which this",
             id="opt-unknown",
+        ),
+        pytest.param(
+            "keys",
+            (*GOOD[:8], '{"retry":[0,1,1]}', None),
+            r"bad.* its retry is \[0, 1, 1\], not \[attempts",
+            id="opt-retry",
         ),
         pytest.param(
             "keys",

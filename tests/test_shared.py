@@ -34,6 +34,7 @@ from timerwheel import (
     Overlap,
     PostgresStore,
     Reschedule,
+    Retry,
     Scheduler,
     StoreError,
     ThreadedScheduler,
@@ -2318,3 +2319,27 @@ def test_a_fire_whose_row_another_session_holds_is_told_late(dsn: str) -> None:
     node.close()
     assert {key for key, _ in late} == {"a"} and all(late_by >= 0.5 for _, late_by in late)
     assert node.keyed.stats().late == len(late)
+
+
+@pytest.mark.realtime  # real processes' clocks; each bound is several times what it needs
+def test_a_failed_run_is_retried_as_an_attempt_of_the_same_fire_counted_by_the_database(dsn: str) -> None:
+    """A key whose runs fail at their first attempt, with Retry(3, backoff=0.1): each fire runs twice,
+    its second run an attempt more (ctx.fence.attempt 2, the fire log's attempts 2), and the key goes on.
+    (Bounds of 5 s: a loaded CI machine.)"""
+    attempts: list[tuple[float, int]] = []
+
+    class Failing(Node):
+        def run(self, ctx: Any, key: Any, data: Any) -> None:
+            attempts.append((round(ctx.scheduled_for, 6), ctx.fence.attempt))
+            if ctx.fence.attempt == 1:
+                raise RuntimeError("the first attempt fails")
+
+    node = Failing(dsn, collections.Counter(), next_run=every(1.0), retry=Retry(3, backoff=0.1))
+    node.keyed.upsert("k")
+    wait_for(lambda: sum(1 for _, a in attempts if a == 2) >= 2, 5.0, "two fires retried")
+    node.close()
+    fires = sorted({at for at, _ in attempts})
+    for at in fires[:2]:
+        assert [a for f, a in attempts if f == at] == [1, 2]
+    assert node.keyed.stats().retried >= 2
+    assert all(row[0] in (1, 2) for row in sql(dsn, "SELECT attempts FROM timerwheel_fires"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from timerwheel import CatchUp, Reschedule
+from timerwheel import CatchUp, Reschedule, Retry
 from timerwheel._keyed import runs as _runs
 from timerwheel._keyed import table as _table
 from timerwheel.testing import SimulatedCluster, Violation, _simstore
@@ -118,6 +118,7 @@ def test_a_seed_that_found_a_bug_stays_fixed(
         campaign.keyed.pop("jitter", None)
         campaign.keyed.pop("spread", None)
         campaign.keyed.pop("late_grace", None)
+        campaign.keyed.pop("retry", None)
         for _, what, args in campaign.events:
             if what == "upsert":
                 args[2].pop("m", None)
@@ -216,6 +217,57 @@ def limited_keys(store: str) -> SimulatedCluster:
     cluster.upsert("b", window, 0, **limits_of(window))
     cluster.run_for(8.0)
     return cluster
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_fire_retried_more_than_its_attempts_or_after_a_newer_fire_is_caught(
+    monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """Plant bugs: a failed run is always tried again, whatever its attempts; or tried again after the
+    key's next fire began. The oracle catches each; the retries the rules allow pass."""
+
+    calls = [0]
+
+    def fails(key: Any, data: Any) -> None:
+        raise RuntimeError("fails")
+
+    def every_other_fails(key: Any, data: Any) -> None:
+        calls[0] += 1
+        if calls[0] % 2:
+            raise RuntimeError("fails")
+
+    def cluster_of(retry: Retry, job: Any = fails) -> SimulatedCluster:
+        return SimulatedCluster(every_second, job, store=store, processes=1, points=True, retry=retry)
+
+    with cluster_of(Retry(2, backoff=0.05)) as cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        cluster.quiet()
+        cluster.check()
+        assert any(r.attempt == 2 for r in cluster.runs)  # (retried, once per fire)
+    with monkeypatch.context() as m:
+        m.setattr(_runs.Runs, "_retry_at", lambda self, rec, ctx, at, wall_now, outcome: wall_now + 0.05)
+        with cluster_of(Retry(2, backoff=0.05)) as cluster:
+            cluster.upsert("a", {})
+            cluster.run_for(3.0)
+            assert "retry-attempts" in {v.invariant for v in cluster.violations}
+
+    def eager(self: Any, retrying: Any) -> None:  # (handed over whatever came since: no give-way)
+        rec, fire = retrying.rec, retrying.fire_of
+        if fire is not None and not self.table.closed:
+            rec.hand += 1
+            rec.handed, retrying.hand = fire, rec.hand
+            args = (rec, *fire, True, rec.hand)
+            self.table.engine.schedule_at(retrying.due, self.job, args=args, options=self.options)
+
+    with monkeypatch.context() as m:
+        m.setattr(_runs.Runs, "_retry_at", lambda self, rec, ctx, at, wall_now, outcome: wall_now + 1.5)
+        m.setattr(_runs.Runs, "retry_due", eager)
+        m.setattr(_runs.Runs, "_gives_way", lambda self, rec, generation, at, hand: False)
+        with cluster_of(Retry(2, backoff=1.5), every_other_fails) as cluster:
+            cluster.upsert("a", {})
+            cluster.run_for(4.0)
+            assert "retry-gives-way" in {v.invariant for v in cluster.violations}
 
 
 def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

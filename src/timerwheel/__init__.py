@@ -26,6 +26,7 @@ from ._keyed import (
     Overlap,
     Recover,
     Reschedule,
+    Retry,
 )
 from ._schedules import AnyOf, Every, Excluding
 from ._stores import MemoryStore, PostgresStore, SQLiteStore, StoreError
@@ -96,6 +97,7 @@ __all__ = [
     "Recover",
     "RepeatMode",
     "Reschedule",
+    "Retry",
     "RunOptions",
     "SQLiteStore",
     "Scheduler",

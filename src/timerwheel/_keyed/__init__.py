@@ -5,7 +5,7 @@ rules about a key's times; recovery.py what a key does when it is taken up after
 functions); runs.py a fire on its way to a run; shared.py what a shared store adds.
 """
 
-from .keys import CatchUp, KeyedStats, KeyInfo, KeyState, Overlap, Recover, Reschedule
+from .keys import CatchUp, KeyedStats, KeyInfo, KeyState, Overlap, Recover, Reschedule, Retry
 from .scheduler import KeyedScheduler
 from .shared import Fence, LeaseLapsed
 
@@ -20,4 +20,5 @@ __all__ = [
     "Overlap",
     "Recover",
     "Reschedule",
+    "Retry",
 ]

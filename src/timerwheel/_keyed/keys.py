@@ -114,6 +114,7 @@ class KeyedStats:
         skipped: fires not run because a run of their key was going (Overlap.SKIP).
         late: fires that had not started late_grace seconds after they were due (each told to on_late
             once).
+        retried: failed runs tried again (retry=).
     """
 
     keys: int = 0
@@ -127,6 +128,7 @@ class KeyedStats:
     clock_errors: int = 0
     skipped: int = 0
     late: int = 0
+    retried: int = 0
 
 
 class KeyInfo(NamedTuple):
@@ -153,6 +155,10 @@ class KeyInfo(NamedTuple):
         max_runs: the key's runs at most (upsert's `max_runs=`), or None: no limit.
         runs: the key's fires taken to run so far (a rerun of an interrupted fire is the same run), kept
             across upserts and restarts; remove() forgets it.
+        retry: how its failed runs are tried again (Retry: upsert's `retry=`, else the
+            KeyedScheduler's), or None.
+        retry_at: when its failed fire is tried again (a retry waits: `next_run_at` is its schedule's
+            next fire, which the retry gives way to), or None.
     """
 
     key: Hashable
@@ -169,12 +175,61 @@ class KeyInfo(NamedTuple):
     end: datetime | None = None
     max_runs: int | None = None
     runs: int = 0
+    retry: Retry | None = None
+    retry_at: datetime | None = None
+
+
+MAX_DELAY = 1e9  # seconds a fire may be delayed by, at most (jitter, spread, a retry: about 31 years)
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """A failed run tried again (KeyedScheduler's and upsert()'s `retry=`): a fire runs `attempts` times
+    at most in all, the first run included; its n-th retry comes min(cap, backoff x 2^(n-1)) seconds after
+    the failed run ended. A retry gives way to every other fire of its key: it is not made (the fire ends
+    failed) if it would come at or after the key's next fire, or if, when its time comes, another fire
+    of the key began, runs, waits or is due. A run failed when it raised an Exception (a
+    KeyboardInterrupt or a SystemExit is not retried). Each retry is an attempt of the same fire
+    (`ctx.fence.attempt`, the fire log's attempts); while it waits the fire stays unfinished in a durable
+    store, so that a process that dies meanwhile leaves it to `recover` (Recover.RERUN runs it again at
+    the next start, or in the process that takes the key over).
+
+    Args:
+        attempts: the most runs of a fire, >= 1 (1: no retry).
+        backoff: seconds before the first retry, > 0; doubled for each one after.
+        cap: the most seconds between two attempts (>= backoff is not required: the delay is the lesser).
+
+    Raises:
+        TypeError: attempts not an int; backoff or cap not a number. ValueError: attempts < 1, backoff
+            or cap not > 0, or above 1e9 s.
+    """
+
+    attempts: int
+    backoff: float = 1.0
+    cap: float = 60.0
+
+    def __post_init__(self) -> None:
+        if type(self.attempts) is not int:
+            raise TypeError(f"attempts must be an int, not {type(self.attempts).__name__}")
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {self.attempts}")
+        for name in ("backoff", "cap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+            if not 0 < value <= MAX_DELAY:
+                raise ValueError(f"{name} must be > 0 seconds and at most {MAX_DELAY:.0f}, got {value!r}")
+            object.__setattr__(self, name, float(value))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds before the retry that follows the failed run of attempt `attempt` (1: the first)."""
+        return min(self.cap, self.backoff * 2.0 ** min(attempt - 1, 1000))
 
 
 class Options(NamedTuple):
-    """A key's own options (upsert's overlap=, jitter=, spread=, start=, end=, max_runs=); None in a
-    field: the KeyedScheduler's (for the window and the count, which are a key's only: none). `start` and
-    `end` are POSIX seconds, whole microseconds."""
+    """A key's own options (upsert's overlap=, jitter=, spread=, start=, end=, max_runs=, retry=); None in
+    a field: the KeyedScheduler's (for the window and the count, which are a key's only: none). `start`
+    and `end` are POSIX seconds, whole microseconds."""
 
     overlap: Overlap | None = None
     jitter: float | None = None
@@ -182,6 +237,7 @@ class Options(NamedTuple):
     start: float | None = None
     end: float | None = None
     max_runs: int | None = None
+    retry: Retry | None = None
 
     @property
     def shaped(self) -> bool:
@@ -258,6 +314,7 @@ class Key(WallTimer):
         "paused",
         "resumed",
         "retake",
+        "retrying",
         "running",
         "runs",
         "state",
@@ -313,6 +370,7 @@ class Key(WallTimer):
         # The wall time this process took the key up (a start, a claim, a resume: their decision): a fire
         # due before it was missed meanwhile, and counts its lateness from then (see Runs._watch)
         self.taken_up: float | None = None
+        self.retrying: Retrying | None = None  # (its failed fire's retry, with retry=: see Retrying)
 
     def row(
         self,
@@ -365,6 +423,7 @@ class Key(WallTimer):
         at = None if closed or self.paused else self.next_run_at
         own = self.options
         force = effective(own, self.owner.defaults)
+        retrying = self.retrying
         return _new_info(
             KeyInfo,
             (
@@ -382,6 +441,8 @@ class Key(WallTimer):
                 None if own is None or own.end is None else from_posix(own.end, UTC),
                 None if own is None else own.max_runs,
                 self.runs,
+                force.retry,
+                None if closed or retrying is None or retrying.id is None else from_posix(retrying.wall, UTC),
             ),
         )
 
@@ -406,6 +467,33 @@ class Late(WallTimer):
     def fire(self) -> None:
         """Its time came (drain() calls it): tell the fire late if it still waits."""
         self.owner.late_due(self)
+
+
+class Retrying(WallTimer):
+    """A key's retry (retry=): a timer of the engine armed, as a run of the key fails with attempts
+    left, at the retry's time; when it fires, the failed fire is handed over again (a rerun: an attempt
+    more), unless it gives way to another fire of the key (see Retry), in which case the fire ends failed.
+    One per key; `fire_of` is the (generation, scheduled_for) of the fire it tries again, None once that
+    fire ended; `attempt` the attempt that failed, `ended` when (POSIX seconds), `error` what it raised
+    (described); `hand` the hand-over's token once it was handed over (see Key.hand), else 0; `held`
+    whether its time came while its key was paused (a resume arms it again: the pause held it)."""
+
+    __slots__ = ("attempt", "ended", "error", "fire_of", "hand", "held", "owner", "rec")
+
+    def __init__(self, owner: Any, rec: Key) -> None:
+        super().__init__()
+        self.owner = owner
+        self.rec = rec
+        self.fire_of: tuple[int, float] | None = None
+        self.attempt = 0
+        self.ended = 0.0
+        self.error = ""
+        self.hand = 0
+        self.held = False
+
+    def fire(self) -> None:
+        """Its time came (drain() calls it): the fire is tried again, or it gives way."""
+        self.owner.retry_due(self)
 
 
 from_posix = datetime.fromtimestamp
@@ -509,11 +597,12 @@ def options(
     start: float | None = None,
     end: float | None = None,
     max_runs: int | None = None,
+    retry: Retry | None = None,
 ) -> Options | None:
     """A key's own options, or None: none. Those without a window or a count are one object for each
     distinct set (many keys share it); a window and a count are a key's own, each object its key's (none
     is kept once its key has gone)."""
-    made = Options(overlap, jitter, spread, start, end, max_runs)
+    made = Options(overlap, jitter, spread, start, end, max_runs, retry)
     if made == _NONE:
         return None
     if start is not None or end is not None or max_runs is not None:
@@ -536,6 +625,7 @@ def effective(own: Options | None, defaults: Options) -> Options:
         own.start,
         own.end,
         own.max_runs,
+        defaults.retry if own.retry is None else own.retry,
     )
 
 
@@ -549,6 +639,8 @@ def options_text(own: Options | None) -> str | None:
         fields = {"overlap": None if own.overlap is None else own.overlap.value}
         fields.update(jitter=own.jitter, spread=own.spread)  # type: ignore[arg-type]
         fields.update(start=us(own.start), end=us(own.end), max_runs=own.max_runs)  # type: ignore[arg-type]
+        if own.retry is not None:
+            fields["retry"] = [own.retry.attempts, own.retry.backoff, own.retry.cap]  # type: ignore[assignment]
         kept = {k: v for k, v in fields.items() if v is not None}
         text = json.dumps(kept, separators=(",", ":"))
         if own.start is None and own.end is None and own.max_runs is None:  # (interned: see options)
@@ -587,6 +679,7 @@ def options_of(text: str | None) -> Options | None:
         seconds_of(stored.get("start")),
         seconds_of(stored.get("end")),
         stored.get("max_runs"),
+        None if stored.get("retry") is None else Retry(*stored["retry"]),
     )
 
 

@@ -392,6 +392,12 @@ def resume(
     for rec, _, _ in plans:
         rec.state = KeyState.PAUSED
     apply_all(table, plans, paused=True)
+    engine = table.engine
+    for rec in recs:  # (a retry whose time came while paused: tried now, unless it gives way to a fire)
+        retrying = rec.retrying
+        if retrying is not None and retrying.held and engine is not None:
+            retrying.held = False
+            engine.add_wall_timer(retrying, wall_now)
     for rec, _, _ in plans:
         if rec.state is KeyState.PAUSED:  # (not applied: a callback replaced or removed it meanwhile)
             rec.state = KeyState.DISABLED if rec.next_run_at is None else KeyState.PENDING

@@ -24,6 +24,7 @@ from .keys import (
     Late,
     Overlap,
     Reschedule,
+    Retrying,
     Trigger,
     advancing,
     decided,
@@ -139,14 +140,15 @@ class Runs:
 
     # -- late checks (on_late) -------------------------------------------------------------------------
 
-    def _watch(self, rec: Key, scheduled_for: float, rerun: bool) -> None:
+    def _watch(self, rec: Key, scheduled_for: float, rerun: bool, due: float | None = None) -> None:
         """Under the lock: a fire of the key came (handed over, or waiting for a run of its key): its
         late check is armed at its due time + late_grace. Its due time is its time, or, for a fire due
         before this process took the key up (a start, a claim, a resume: a catch-up's fire, a rerun, a
         stored trigger), the taking up's: those were missed meanwhile (on_missed tells of them), and are
         told late only if they then wait past the grace. A fire that comes already past it (the loop was
         stuck) is told at once. Once per fire: a fire that comes again (after a pause, a failed take) is
-        watched from its due time as it is then, unless it was told."""
+        watched from its due time as it is then, unless it was told. A retry's due time (`due`) is its
+        own."""
         t = self.table
         fire = (rec.generation, scheduled_for)
         late = rec.late
@@ -154,7 +156,8 @@ class Runs:
             late = rec.late = Late(self, rec)
         elif late.fire_of == fire and late.told:
             return
-        due = scheduled_for
+        if due is None:
+            due = scheduled_for
         if rec.taken_up is not None and due < rec.taken_up:
             due = rec.taken_up
         grace = t.late_grace
@@ -194,6 +197,124 @@ class Runs:
         late.told = True
         t.counts["late"] += 1
         t.call(t.on_late, rec.key, from_posix(scheduled_for, UTC), max(0.0, wall_now - scheduled_for))
+
+    # -- retries (retry=) ------------------------------------------------------------------------------
+
+    def _retry_at(
+        self,
+        rec: Key,
+        ctx: JobContext,
+        scheduled_for: float,
+        wall_now: float,
+        outcome: tuple[KeyState, float | None, str | None],
+    ) -> float | None:
+        """Under the lock, as a run of the key that failed ends (its key's plan made: `outcome`): when its
+        fire is tried again, or None: no retry (none, or no attempts left), or it gives way to another
+        fire of its key (one runs, waits or is handed over; a newer one began; the key's next fire comes
+        at or before the retry's time)."""
+        own = rec.options
+        retry = self.table.defaults.retry if own is None or own.retry is None else own.retry
+        if retry is None or rec.running or rec.catch_up or rec.handed is not None:
+            return None
+        attempt = 1 if ctx.fence is None else ctx.fence.attempt
+        latest = rec.last_scheduled_for
+        if attempt >= retry.attempts or (latest is not None and latest > scheduled_for):
+            return None
+        at = wall_now + retry.delay(attempt)
+        following = outcome[1]
+        return None if following is not None and at >= following else at
+
+    def _retry_later(
+        self, rec: Key, fire: tuple[int, float], ctx: JobContext, at: float, wall_now: float, error: str
+    ) -> None:
+        """Under the lock: a failed run's fire is tried again at `at` (its key's Retrying armed there). A
+        retry of another fire of the key waiting still gives way to it."""
+        retrying = rec.retrying
+        if retrying is None:
+            retrying = rec.retrying = Retrying(self, rec)
+        elif retrying.fire_of is not None and retrying.fire_of != fire and retrying.id is not None:
+            self._give_up(retrying)
+        retrying.fire_of, retrying.ended, retrying.error, retrying.hand = fire, wall_now, error, 0
+        retrying.held = False
+        retrying.attempt = 1 if ctx.fence is None else ctx.fence.attempt
+        engine = self.table.engine
+        assert engine is not None
+        if retrying.id is None or not engine.move_wall_timer(retrying, at):
+            engine.add_wall_timer(retrying, at)
+
+    def retry_due(self, retrying: Retrying) -> None:
+        """A retry's time came (in drain(), under the driver's serialisation, as a key's fire): its fire
+        is handed over again, as a rerun (an attempt more), unless it gives way (see Retry): the key
+        changed (removed, upserted), or another fire of it runs, waits, is handed over, began since, or
+        is due. Then the fire ends failed, with the failure it had. A paused key's retry is held: its
+        resume arms it again (see recovery.resume)."""
+        t, rec = self.table, retrying.rec
+        fire = retrying.fire_of
+        if fire is None or t.closed:
+            return
+        generation, scheduled_for = fire
+        try:
+            wall_now = t.wall_now()
+        except Exception:  # (the engine's reading: a clock that fails once does not lose the retry)
+            wall_now = retrying.wall
+        latest, following = rec.last_scheduled_for, rec.next_run_at
+        current = t.keys.get(rec.key) is rec and rec.generation == generation
+        if current and rec.paused:
+            retrying.held = True
+        elif (
+            not current
+            or rec.running
+            or rec.catch_up
+            or rec.handed is not None
+            or (latest is not None and latest > scheduled_for)
+            or (following is not None and following <= wall_now)
+        ):
+            self._give_up(retrying)
+        else:
+            rec.hand += 1
+            rec.handed = fire
+            retrying.hand = rec.hand
+            t.counts["retried"] += 1
+            if t.late_grace is not None:
+                self._watch(rec, scheduled_for, True, due=retrying.wall)
+            assert t.engine is not None
+            t.engine.schedule_at(
+                retrying.due,
+                self.job,
+                args=(rec, generation, scheduled_for, True, rec.hand),
+                options=self.options,
+            )
+        if t.holding:
+            t.raise_held()
+
+    def _give_up(self, retrying: Retrying) -> None:
+        """Under the lock: a retry is not made: its fire ends failed (a durable store records it, with the
+        failure it had), unless the KeyedScheduler closed (it stays unfinished: `recover` decides)."""
+        fire, retrying.fire_of, retrying.held = retrying.fire_of, None, False
+        t = self.table
+        if retrying.id is not None and t.engine is not None:
+            t.engine.cancel_timer(retrying)
+        if fire is None or t.closed or not t.durable or not self.journal.store_open():
+            return
+        generation, scheduled_for = fire
+        ended = FinishedFire(
+            retrying.rec.key, generation, micro(scheduled_for), micro(retrying.ended), retrying.error
+        )
+        self.journal.finish(None, ended)
+
+    def _gives_way(self, rec: Key, generation: int, scheduled_for: float, hand: int) -> bool:
+        """Whether the hand-over `hand` is a retry of a fire older than one of its key that began since."""
+        latest = rec.last_scheduled_for
+        if latest is None or latest <= scheduled_for:
+            return False
+        return self._retry_of(rec, generation, scheduled_for, hand) is not None
+
+    def _retry_of(self, rec: Key, generation: int, scheduled_for: float, hand: int) -> Retrying | None:
+        """The key's Retrying if the hand-over `hand` is its retry of the fire."""
+        retrying = rec.retrying
+        if retrying is None or retrying.hand != hand or retrying.fire_of != (generation, scheduled_for):
+            return None
+        return retrying
 
     # -- the run, as the scheduler's job --------------------------------------------------------------
 
@@ -361,8 +482,17 @@ class Runs:
         run is counted as going from here (rec.running), so that no other fire of the key starts beside
         it while its take is made."""
         start = self._prepare(rec, generation, scheduled_for, rerun, hand)
-        if start is None and rec.handed == (generation, scheduled_for) and rec.hand == hand:
-            rec.handed = None  # (not begun: the fire may be handed over again)
+        if start is None:
+            if rec.handed == (generation, scheduled_for) and rec.hand == hand:
+                rec.handed = None  # (not begun: the fire may be handed over again)
+            retrying = self._retry_of(rec, generation, scheduled_for, hand) if rerun else None
+            queue = rec.catch_up
+            if retrying is None or (queue and queue[0] == (scheduled_for, True)):
+                pass  # (not a retry, or one put back first in line: it runs from there)
+            elif rec.paused and self.table.keys.get(rec.key) is rec and rec.generation == generation:
+                retrying.held, retrying.hand = True, 0  # (paused since it was handed over: held)
+            else:
+                self._give_up(retrying)  # (a retry not begun: it gave way)
         return start
 
     def _prepare(
@@ -376,6 +506,8 @@ class Runs:
             return None
         if self._spent(rec, generation, scheduled_for, rerun):
             return None
+        if rerun and self._gives_way(rec, generation, scheduled_for, hand):
+            return None  # (a retry of a fire older than one that began since)
         if rec.running and self._overlapping(rec, generation, scheduled_for, rerun):
             return None  # (a run of its key goes: it waits for the run, or it was skipped)
         try:
@@ -670,6 +802,10 @@ class Runs:
                 rec.triggered = None  # (run: its take cleared it in the store)
         if start.trigger is not None and start.trigger.kept is not None:
             self._kept.add(ctx)  # (its end plans nothing: the key goes on with the plan it had)
+        if start.rerun and not self.table.durable:  # (a memory store counts no attempts: a retry's are here)
+            retrying = rec.retrying
+            if retrying is not None and retrying.fire_of == (generation, scheduled_for):
+                taken = retrying.attempt + 1
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -774,19 +910,25 @@ class Runs:
                     outcome = (KeyState.DISABLED, None, last_error)
             elif self.table.waited(rec):  # a fire of the newer generation waited for this run to end: now
                 outcome = (KeyState.PENDING, rec.catch_up[0][0], rec.last_error)  # type: ignore[index]
+            fire_of = (generation, scheduled_for)
+            retry_at = None
+            if started and current and isinstance(error, Exception) and outcome is not None:
+                retry_at = self._retry_at(rec, ctx, scheduled_for, wall_now, outcome)
+            retrying = rec.retrying
+            if retry_at is not None:
+                assert error is not None
+                self._retry_later(rec, fire_of, ctx, retry_at, wall_now, describe(error))
+            elif retrying is not None and retrying.fire_of == fire_of and retrying.id is None:
+                retrying.fire_of = None  # (its fire ended)
             if self.table.durable and self.journal.store_open():
                 row = None
                 if outcome is not None:
                     row = rec.row(self.table.encode(rec.data), generation, *outcome)
-                message = (
-                    describe(error)
-                    if error is not None
-                    else None
-                    if started
-                    else "superseded before it started"
-                )
-                fire = FinishedFire(rec.key, generation, micro(scheduled_for), micro(wall_now), message)
-                self.journal.finish(row if mine else None, fire)
+                if retry_at is not None and row is not None:  # (its fire stays unfinished: tried again)
+                    self.journal.write(self.journal.save, [row], [], f"the failed run of key {rec.key!r}")
+                else:
+                    mine_row = row if mine else None
+                    self._finished(rec, generation, scheduled_for, wall_now, error, started, mine_row)
             if outcome is not None and not self.table.closed:
                 self.table.apply(rec, *outcome, result if isinstance(result, BaseException) else None)
             self.table.settle(rec)
@@ -796,6 +938,25 @@ class Runs:
                 self.journal.release_store()
         if started:
             self.table.call(self.table.on_finish, rec.key, data, error)
+
+    def _finished(
+        self,
+        rec: Key,
+        generation: int,
+        scheduled_for: float,
+        wall_now: float,
+        error: BaseException | None,
+        started: bool,
+        row: StoredKey | None,
+    ) -> None:
+        """Under the lock: a durable store records the fire ended at `wall_now` (with the key's row,
+        unless None)."""
+        if error is not None:
+            message: str | None = describe(error)
+        else:
+            message = None if started else "superseded before it started"
+        fire = FinishedFire(rec.key, generation, micro(scheduled_for), micro(wall_now), message)
+        self.journal.finish(row, fire)
 
     def dropped(self, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int) -> None:
         """A key's run was dropped (the scheduler's backpressure, or its close): the key is not lost, its

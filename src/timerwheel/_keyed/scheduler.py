@@ -31,6 +31,7 @@ from .._validate import boolean, callable_or_none, count, function, member, seco
 from .journal import Journal, in_use
 from .keys import (
     ALWAYS_AWARE,
+    MAX_DELAY,
     MAX_POSIX,
     MIN_POSIX,
     CatchUp,
@@ -43,6 +44,7 @@ from .keys import (
     Policy,
     Recover,
     Reschedule,
+    Retry,
     check_key,
     checked_key,
     micro,
@@ -96,6 +98,8 @@ class KeyedScheduler:
             key and the fire's time (the same in every process and every life); None or 0: none.
         spread: seconds, at most, every fire of a key is delayed by, by one amount drawn from a hash of
             the key (a stable phase: keys on one schedule spread over it); None or 0: none.
+        retry: how a failed run is tried again (Retry: attempts, backoff, cap), for every key that has
+            no retry of its own; None: never.
         context: pass the run a JobContext first.
         cancel_running_on_remove: remove() sets a running run's ctx.cancelled.
         cancel_running_on_replace: upsert() of a running key sets its run's ctx.cancelled.
@@ -134,6 +138,7 @@ class KeyedScheduler:
         overlap: Overlap | None = None,
         jitter: float | None = None,
         spread: float | None = None,
+        retry: Retry | None = None,
         context: bool = False,
         cancel_running_on_remove: bool = False,
         cancel_running_on_replace: bool = False,
@@ -163,7 +168,7 @@ class KeyedScheduler:
         function(next_run, "next_run")
         function(run, "run")
         member(reschedule, Reschedule, "reschedule")
-        defaults = _options(overlap, jitter, spread) or Options()
+        defaults = _options(overlap, jitter, spread, retry=retry) or Options()
         for name, flag in (
             ("context", context),
             ("cancel_running_on_remove", cancel_running_on_remove),
@@ -406,6 +411,7 @@ class KeyedScheduler:
         start: datetime | None = None,
         end: datetime | None = None,
         max_runs: int | None = None,
+        retry: Retry | None = None,
     ) -> None:
         """Add a key, or replace its data (a new generation), and (re)compute its next run. A known key's
         armed timer is moved, not removed and added. A next_run that fails makes the key INVALID.
@@ -416,15 +422,16 @@ class KeyedScheduler:
         count, a key's only: `start` and `end` (aware datetimes: no fire of a point of its schedule
         before start or after end; its first fire is its schedule's first point at or after start) and
         `max_runs` (once the key has run so many times, counted across upserts by KeyInfo.runs, it plans
-        no more fires: DISABLED; a trigger still runs it). Like the data, they are what this upsert
-        says: an upsert without them gives the key the KeyedScheduler's again (no window, no limit). A
-        durable store keeps them with the key.
+        no more fires: DISABLED; a trigger still runs it). `retry`: how its failed runs are tried again
+        (a Retry; None: the KeyedScheduler's). Like the data, they are what this upsert says: an upsert
+        without them gives the key the KeyedScheduler's again (no window, no limit). A durable store
+        keeps them with the key.
 
         Raises:
             TypeError: the key is not hashable; overlap not an Overlap; jitter or spread not a number;
-                start or end not a datetime; max_runs not an int. ValueError: a negative or infinite
-                jitter or spread; a naive start or end, or an end before the start; max_runs < 1.
-                RuntimeError: the KeyedScheduler is closed.
+                start or end not a datetime; max_runs not an int; retry not a Retry. ValueError: a
+                negative or infinite jitter or spread; a naive start or end, or an end before the start;
+                max_runs < 1. RuntimeError: the KeyedScheduler is closed.
             ClosedError: its scheduler is closed. NotStartedError: its scheduler has no clock yet (an
                 AsyncScheduler made outside a loop and not started). A wall clock that fails raises what
                 it raised. In each case nothing changed.
@@ -438,8 +445,9 @@ class KeyedScheduler:
             or start is not None
             or end is not None
             or max_runs is not None
+            or retry is not None
         ):
-            own = _options(overlap, jitter, spread, start, end, max_runs)
+            own = _options(overlap, jitter, spread, start, end, max_runs, retry)
         lock = self._thread_lock  # a ThreadedScheduler's; None for the others, which are single-threaded
         pending: Pending | None = None
         if lock is not None:
@@ -519,13 +527,14 @@ class KeyedScheduler:
         start: datetime | None = None,
         end: datetime | None = None,
         max_runs: int | None = None,
+        retry: Retry | None = None,
     ) -> None:
         """upsert(), for a coroutine under an AsyncScheduler: a shared store's commit is awaited, never
         waited for on the loop's thread. With the other stores it is upsert() (no round trip to wait
         for). Raises what upsert() raises, and the store's StoreError."""
         t = self._table
         t.check_caller()
-        own = _options(overlap, jitter, spread, start, end, max_runs)
+        own = _options(overlap, jitter, spread, start, end, max_runs, retry)
         pending = self._upsert(self._keys.get(checked_key(key)), key, data, own)
         if pending is not None:
             await self._shared_keys.wait_async(pending)
@@ -816,7 +825,13 @@ class KeyedScheduler:
 
 
 def _options(
-    overlap: Any, jitter: Any, spread: Any, start: Any = None, end: Any = None, max_runs: Any = None
+    overlap: Any,
+    jitter: Any,
+    spread: Any,
+    start: Any = None,
+    end: Any = None,
+    max_runs: Any = None,
+    retry: Any = None,
 ) -> Options | None:
     """A key's own options (or the KeyedScheduler's), checked: TypeError or ValueError naming the one."""
     if overlap is not None:
@@ -834,7 +849,9 @@ def _options(
             raise TypeError(f"max_runs must be an int (or None), not {type(max_runs).__name__}")
         if max_runs < 1:
             raise ValueError(f"max_runs must be >= 1 (or None), got {max_runs}")
-    return options(overlap, jitter, spread, opens, closes, max_runs)
+    if retry is not None and not isinstance(retry, Retry):
+        raise TypeError(f"retry must be a Retry (or None), not {type(retry).__name__}")
+    return options(overlap, jitter, spread, opens, closes, max_runs, retry)
 
 
 def _instant(value: Any, name: str) -> float:
@@ -860,7 +877,6 @@ def _delay(value: Any, name: str) -> float:
     return float(value) + 0.0  # (-0.0 is 0.0)
 
 
-MAX_DELAY = 1e9  # seconds a fire may be delayed by, at most (jitter, spread: about 31 years)
 DEFAULT_LATE_GRACE = 60.0  # seconds a fire may wait to begin before on_late hears of it (on_late alone)
 
 

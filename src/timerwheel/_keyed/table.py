@@ -96,7 +96,7 @@ class KeyTable:
         overlap = defaults.overlap or (
             Overlap.ALLOW if policy.reschedule is Reschedule.BEFORE_RUN else Overlap.QUEUE_ONE
         )
-        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0)
+        self.defaults = Options(overlap, defaults.jitter or 0.0, defaults.spread or 0.0, retry=defaults.retry)
         self.shaped = bool(self.defaults.jitter or self.defaults.spread)
         self.cancel_on_remove = cancel_on_remove
         self.cancel_on_replace = cancel_on_replace
@@ -156,6 +156,7 @@ class KeyTable:
                 "clock_errors",
                 "skipped",
                 "late",
+                "retried",
             ),
             0,
         )
@@ -426,10 +427,20 @@ class KeyTable:
             self.engine.cancel_timer(rec)
 
     def unwatch(self, rec: Key) -> None:
-        """Take back the key's late check (a key removed, a KeyedScheduler closed): nothing of it waits."""
+        """Take back the key's late check and its retry (a key removed or given away, a KeyedScheduler
+        closed): nothing of it waits. A retry's fire is left as it is: a removed key's goes with it; a
+        key given away or closed leaves it unfinished, to the next holder's `recover`."""
+        engine = self.engine
+        if engine is None:
+            return
         late = rec.late
-        if late is not None and late.id is not None and self.engine is not None:
-            self.engine.cancel_timer(late)
+        if late is not None and late.id is not None:
+            engine.cancel_timer(late)
+        retrying = rec.retrying
+        if retrying is not None:
+            retrying.fire_of, retrying.held = None, False
+            if retrying.id is not None:
+                engine.cancel_timer(retrying)
 
     def set_state(self, rec: Key, state: KeyState) -> None:
         old, rec.state = rec.state, state

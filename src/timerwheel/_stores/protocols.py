@@ -83,10 +83,10 @@ class KeyStore(Protocol):
         attempt of it), or 0 (nothing written) if that fire was taken already, or if a later fire of its
         generation was (a stale fire: it ran, or was decided about). The same take again of an unfinished
         fire by its taker (its answer was lost: an error raised after the commit) takes it, at the same
-        attempt: a first take's by the same taker; a rerun's by the same taker (a file's: its life,
-        which reruns each fire it found unfinished once; a shared store's: its process) with the same
-        `started_at` (the KeyedScheduler retries a take whose answer it did not get with the
-        `started_at` of its first try)."""
+        attempt: a first take's by the same taker; a rerun's by the same taker (a file's: its one
+        process; a shared store's: its process) with the same `started_at` (the KeyedScheduler retries a
+        take whose answer it did not get with the `started_at` of its first try). Any other rerun of an
+        unfinished fire (a fire found unfinished, a retry of a failed run) counts one more attempt."""
         ...
 
     def finish_fire(

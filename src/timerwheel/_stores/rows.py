@@ -173,7 +173,7 @@ def _check_options(o: Any) -> None:
     options = _json_object("options", o)
     if options is None:
         return
-    unknown = sorted(set(options) - {"overlap", "jitter", "spread", "start", "end", "max_runs"})
+    unknown = sorted(set(options) - {"overlap", "jitter", "spread", "start", "end", "max_runs", "retry"})
     if unknown:
         raise ValueError(
             f"its options have {', '.join(map(repr, unknown))}, which this timerwheel does not know"
@@ -191,6 +191,17 @@ def _check_options(o: Any) -> None:
     max_runs = options.get("max_runs")
     if max_runs is not None:
         _check_int("max_runs", max_runs, 1)
+    retry = options.get("retry")
+    if retry is not None and not (
+        type(retry) is list
+        and len(retry) == 3
+        and type(retry[0]) is int
+        and retry[0] >= 1
+        and all(type(v) in (int, float) and 0 < v <= 1e9 for v in retry[1:])
+    ):
+        raise ValueError(
+            f"its retry is {retry!r}, not [attempts >= 1, backoff > 0, cap > 0] (seconds, <= 1e9)"
+        )
 
 
 def check_triggered(t: Any) -> None:

@@ -306,7 +306,9 @@ class SQLiteStore:
         self._pid = os.getpid()
         self._inherited = False
         self._floor = 0  # the highest generation ever deleted from the file (see put)
-        self._reran: set[tuple[str, int, int]] = set()  # the fires this life's reruns took (start_fire)
+        # The fires this life took that are not finished yet (start_fire): a rerun of one of them with
+        # the started_at it was taken with is the same take again
+        self._taken: set[tuple[str, int, int]] = set()
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
         why = _read_only(self.path)
@@ -547,6 +549,7 @@ class SQLiteStore:
             db.executemany(_PUT, values)
 
         self._transaction(work)
+        self._taken.difference_update((k, g, s) for _, _, k, g, s in fires)
 
     def replace(self, rows: list[StoredKey], removed: Iterable[Hashable] | None) -> list[int]:
         """Delete every removed key and every other key not in rows, and put every row, in one
@@ -587,12 +590,15 @@ class SQLiteStore:
 
         def work(db: sqlite3.Connection) -> int:
             if rerun:
-                # One more attempt, but for the same take again: a rerun this life took already (its
-                # answer was lost: an error raised after the commit) is taken at the attempt it made.
+                # One more attempt (a rerun of a fire found unfinished, a retry of a failed run), but for
+                # the same take again: a take of this life whose answer was lost (an error raised after
+                # the commit) is asked again with the started_at of its first try, and taken at the
+                # attempt it made. (The taker is the life: the next life's rerun is one more.)
                 taken = db.execute(
-                    "UPDATE timerwheel_fires SET attempts = attempts + ?, started_at = ? "
+                    "UPDATE timerwheel_fires SET attempts = attempts + "
+                    "(CASE WHEN ? AND started_at = ? THEN 0 ELSE 1 END), started_at = ? "
                     "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
-                    (0 if fire in self._reran else 1, started_at, *fire),
+                    (fire in self._taken, started_at, started_at, *fire),
                 ).rowcount
             else:
                 # A fire new to the log, or an unfinished one: the same take again, after a commit whose
@@ -625,9 +631,8 @@ class SQLiteStore:
             return int(attempt)
 
         attempt = int(self._transaction(work))
-        if rerun and attempt:
-            # (committed: this life's reruns are the fires it found unfinished as it loaded, no more)
-            self._reran.add(fire)
+        if attempt:
+            self._taken.add(fire)  # (committed: a take of this life)
         return attempt
 
     def finish_fire(
@@ -649,6 +654,7 @@ class SQLiteStore:
                 db.execute(_PUT, values)
 
         self._transaction(work)
+        self._taken.discard((k, generation, scheduled_for))
 
     def integrity(self) -> str:
         """PRAGMA integrity_check's answer ("ok" for a sound file)."""

@@ -166,8 +166,11 @@ class Oracle:
             for r in self.runs
             if r.key == run.key and r.generation == run.generation and r.scheduled_for == run.scheduled_for
         ]
+        retry = self._keyed.get("retry")
         for earlier in same:
-            if run.attempt <= earlier.attempt or not self._interrupted(earlier, self.cluster.now):
+            # (a fire runs again after a kill or a lost lease; and, with retry=, after its run failed)
+            failed = retry is not None and earlier.error and earlier.ended is not None
+            if run.attempt <= earlier.attempt or not (failed or self._interrupted(earlier, self.cluster.now)):
                 self.violate(
                     "at-most-once",
                     f"key {run.key!r} fire (g{run.generation}, {run.scheduled_for}) ran again on {p.name} "
@@ -175,6 +178,34 @@ class Oracle:
                     f"ended {earlier.ended})",
                 )
                 break
+            if failed and not self._interrupted(earlier, self.cluster.now):  # (a retry: it gives way)
+                newer = [
+                    r
+                    for r in self.runs
+                    if r.key == run.key
+                    and r.generation == run.generation
+                    and r.scheduled_for > run.scheduled_for
+                    and r.started >= earlier.started
+                ]
+                if newer:
+                    self.violate(
+                        "retry-gives-way",
+                        f"key {run.key!r} fire (g{run.generation}, {run.scheduled_for}) was tried again on "
+                        f"{p.name} (attempt {run.attempt}) after a newer fire ({newer[0].scheduled_for}) "
+                        "began",
+                    )
+                    break
+        if (
+            retry is not None
+            and same
+            and len(same) >= retry.attempts
+            and all(e.error and not self._interrupted(e, self.cluster.now) for e in same)
+        ):
+            self.violate(
+                "retry-attempts",
+                f"key {run.key!r} fire (g{run.generation}, {run.scheduled_for}) ran a run more after "
+                f"{len(same)} failed ones, and its retry is {retry}",
+            )
         allowed = self._triggers(run.key).get(run.scheduled_for) in (Overlap.ALLOW, Overlap.REPLACE)
         if self._serial and not allowed:  # (a trigger may run beside a run if it says so)
             for other in self.runs:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from .._keyed import CatchUp, KeyedScheduler, Overlap, Recover, Reschedule
+from .._keyed import CatchUp, KeyedScheduler, Overlap, Recover, Reschedule, Retry
 from .._stores import SQLiteStore, StoreError, abandon
 from . import VirtualTimeLoop
 from ._oracle import Oracle, SimRun, Violation
@@ -798,6 +798,9 @@ def plan(seed: int, store: str = "shared", processes: int = 3) -> Plan:
         [None, None, None, None, 0.05, 0.5, 3.0]
     )
     keyed["overlap"] = random.Random(f"overlap {seed}").choice([None, None, None, *Overlap])
+    retries = random.Random(f"retry {seed}")
+    if retries.random() < 0.3:  # (failed runs tried again: the oracle allows their attempts, and counts them)
+        keyed["retry"] = Retry(retries.choice([2, 3, 5]), retries.choice([0.05, 0.3, 1.0]), 4.0)
     late = random.Random(f"late {seed}")
     if late.random() < 0.3:  # (late checks: the oracle checks that a fire told late had not begun)
         keyed["late_grace"] = late.choice([0.05, 0.5, 2.0])
