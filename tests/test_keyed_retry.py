@@ -493,3 +493,27 @@ def test_a_retry_runs_on_a_worker_of_a_threaded_scheduler(clock: ManualClock) ->
     finally:
         keyed.close()
         sched.close()
+
+
+def test_a_retry_counts_its_backoff_from_the_fires_time_when_the_wall_clock_stepped_back_during_the_run(
+    store: Any, clock: ManualClock
+) -> None:
+    """The fire of 10 runs, the wall clock steps back 8 s meanwhile, and the run fails at wall 2: its
+    retry comes 1 s after the fire's time (11), not at 3, before the fire it tries again; and it is an
+    attempt of its own (2), not taken as the first one again."""
+
+    def steps_back(ctx: JobContext, key: Any, data: Any) -> None:
+        life.attempts.append((key, ctx.scheduled_for - T0, ctx.fence.attempt, clock.wall() - T0))  # type: ignore[union-attr]
+        if ctx.fence.attempt == 1:  # type: ignore[union-attr]
+            clock.set_wall(clock.wall() - 8)
+            raise RuntimeError("fails")
+
+    life = Life(store, clock, run=steps_back, retry=Retry(3, backoff=1.0))
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(10)
+    info = life.keyed.get("k")
+    assert info is not None and info.retry_at == at(11)
+    life.advance(9)  # (wall 11)
+    assert [(f, a, s) for _, f, a, s in life.attempts] == [(10.0, 1, 10.0), (10.0, 2, 11.0)]
+    life.keyed.close()

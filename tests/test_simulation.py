@@ -99,6 +99,13 @@ FOUND_ALL = [
     ("sqlite", 930093, "a pause wrote the key's row with no runs: the next life ran its max_runs again"),
     ("memory", 940015, "oracle: a point skipped during a run, then the wall clock stepped back behind it"),
 ]
+FOUND_ALL_4 = [  # (four processes)
+    (
+        "shared",
+        1030037,
+        "a retry after the wall stepped back during the run: before its fire, its take the first's",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -106,8 +113,9 @@ FOUND_ALL = [
     [(*f, 3, "") for f in FOUND]
     + [(*f, 4, "") for f in FOUND_4]
     + [(*f, 3, "triggers") for f in FOUND_TRIGGERS]
-    + [(*f, 3, "all") for f in FOUND_ALL],
-    ids=[f"{s}-{n}" for s, n, _ in FOUND + FOUND_4 + FOUND_TRIGGERS + FOUND_ALL],
+    + [(*f, 3, "all") for f in FOUND_ALL]
+    + [(*f, 4, "all") for f in FOUND_ALL_4],
+    ids=[f"{s}-{n}" for s, n, _ in FOUND + FOUND_4 + FOUND_TRIGGERS + FOUND_ALL + FOUND_ALL_4],
 )
 def test_a_seed_that_found_a_bug_stays_fixed(
     store: str, seed: int, found: str, processes: int, drawn: str

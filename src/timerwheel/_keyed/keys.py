@@ -320,6 +320,7 @@ class Key(WallTimer):
         "state",
         "taken_up",
         "taking",
+        "took",
         "triggered",
         "voided",
     )
@@ -371,6 +372,9 @@ class Key(WallTimer):
         # due before it was missed meanwhile, and counts its lateness from then (see Runs._watch)
         self.taken_up: float | None = None
         self.retrying: Retrying | None = None  # (its failed fire's retry, with retry=: see Retrying)
+        # (generation, scheduled_for, started_at) of its latest take: a retry of that fire is a take of
+        # its own, with a later started_at (a store takes a rerun with the same one as the same take)
+        self.took: tuple[int, float, int] | None = None
 
     def row(
         self,
@@ -475,10 +479,11 @@ class Retrying(WallTimer):
     more), unless it gives way to another fire of the key (see Retry), in which case the fire ends failed.
     One per key; `fire_of` is the (generation, scheduled_for) of the fire it tries again, None once that
     fire ended; `attempt` the attempt that failed, `ended` when (POSIX seconds), `error` what it raised
-    (described); `hand` the hand-over's token once it was handed over (see Key.hand), else 0; `held`
-    whether its time came while its key was paused (a resume arms it again: the pause held it)."""
+    (described), `took` its take's started_at (microseconds); `hand` the hand-over's token once it was
+    handed over (see Key.hand), else 0; `held` whether its time came while its key was paused (a resume
+    arms it again: the pause held it)."""
 
-    __slots__ = ("attempt", "ended", "error", "fire_of", "hand", "held", "owner", "rec")
+    __slots__ = ("attempt", "ended", "error", "fire_of", "hand", "held", "owner", "rec", "took")
 
     def __init__(self, owner: Any, rec: Key) -> None:
         super().__init__()
@@ -490,6 +495,7 @@ class Retrying(WallTimer):
         self.error = ""
         self.hand = 0
         self.held = False
+        self.took = 0  # (the started_at of the failed attempt's take: the retry's is later)
 
     def fire(self) -> None:
         """Its time came (drain() calls it): the fire is tried again, or it gives way."""

@@ -220,7 +220,9 @@ class Runs:
         latest = rec.last_scheduled_for
         if attempt >= retry.attempts or (latest is not None and latest > scheduled_for):
             return None
-        at = wall_now + retry.delay(attempt)
+        # (from the fire's time at least: a wall clock that stepped back during the run does not bring
+        # the retry before it)
+        at = max(wall_now, scheduled_for) + retry.delay(attempt)
         following = outcome[1]
         return None if following is not None and at >= following else at
 
@@ -237,6 +239,8 @@ class Runs:
         retrying.fire_of, retrying.ended, retrying.error, retrying.hand = fire, wall_now, error, 0
         retrying.held = False
         retrying.attempt = 1 if ctx.fence is None else ctx.fence.attempt
+        took = rec.took
+        retrying.took = took[2] if took is not None and took[:2] == fire else 0
         engine = self.table.engine
         assert engine is not None
         if retrying.id is None or not engine.move_wall_timer(retrying, at):
@@ -561,6 +565,9 @@ class Runs:
             started_at = retake[2]
         else:
             started_at = micro(wall_now)
+            retrying = self._retry_of(rec, generation, scheduled_for, hand) if rerun else None
+            if retrying is not None and started_at <= retrying.took:  # (a wall clock that stepped back)
+                started_at = retrying.took + 1  # (a take of its own: never the failed one's again)
         return Start(
             rec,
             generation,
@@ -792,6 +799,7 @@ class Runs:
             if self.table.closed:
                 self.journal.release_store()
             return STALE
+        rec.took = (generation, scheduled_for, start.started_at)
         if rec.generation == generation and self.table.keys.get(rec.key) is rec:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
