@@ -170,6 +170,7 @@ PUBLIC = [
     "Excluding",
     "Fence",
     "HeapScheduler",
+    "HistoryEntry",
     "JobContext",
     "JobEvent",
     "KeyInfo",

@@ -18,6 +18,7 @@ from ._engine.heap import HeapScheduler
 from ._keyed import (
     CatchUp,
     Fence,
+    HistoryEntry,
     KeyedScheduler,
     KeyedStats,
     KeyInfo,
@@ -82,6 +83,7 @@ __all__ = [
     "Excluding",
     "Fence",
     "HeapScheduler",
+    "HistoryEntry",
     "JobContext",
     "JobEvent",
     "KeyInfo",

@@ -5,12 +5,13 @@ rules about a key's times; recovery.py what a key does when it is taken up after
 functions); runs.py a fire on its way to a run; shared.py what a shared store adds.
 """
 
-from .keys import CatchUp, KeyedStats, KeyInfo, KeyState, Overlap, Recover, Reschedule, Retry
+from .keys import CatchUp, HistoryEntry, KeyedStats, KeyInfo, KeyState, Overlap, Recover, Reschedule, Retry
 from .scheduler import KeyedScheduler
 from .shared import Fence, LeaseLapsed
 
 __all__ = [
     "CatchUp",
+    "HistoryEntry",
     "Fence",
     "KeyInfo",
     "KeyState",

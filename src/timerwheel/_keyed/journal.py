@@ -18,7 +18,8 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from .._engine import log_safely
-from .._stores import FinishedFire, KeyStore, StoredKey, StoreError
+from .._stores import FinishedFire, KeyStore, StoredEntry, StoredKey, StoreError
+from .keys import micro, us
 from .table import KeyTable
 
 logger = logging.getLogger("timerwheel")
@@ -163,6 +164,11 @@ class Journal:
             make_writer = Writer
         self._writer_thread: Any = make_writer("store-writer") if make_writer else None
         self._changer_thread: Any = make_writer("store-changes") if make_writer else None
+        # (a store without add_history and history keeps no history)
+        self._add_history: Callable[[list[StoredEntry], int], object] | None = getattr(
+            self.store, "add_history", None
+        )
+        table.note = self.note
 
     def use(self) -> None:
         """Mark the store as in use by this KeyedScheduler (see in_use)."""
@@ -225,6 +231,57 @@ class Journal:
                 exc_info=exc,
             )
         return [None] * len(ends)
+
+    def note(
+        self,
+        key: Hashable,
+        scheduled_for: float | None,
+        outcome: str,
+        attempt: int,
+        at: float,
+        duration: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Add an entry to the key's history (see HistoryEntry), unless the KeyedScheduler keeps none
+        (history=0): at once with a local store (SQLite writes it with its next transaction), by the
+        writer with a shared one. A store that fails is logged: a history is not worth a lost fire."""
+        keep = self.table.history_keep
+        if not keep or self._add_history is None:
+            return
+        length = None if duration is None else max(0, micro(duration))
+        entry = StoredEntry(key, micro(at), us(scheduled_for), outcome, attempt, length, error)
+        if self.shared:
+            self.writer().submit_batched(self._record_history, entry, key)
+        else:
+            self._record_history([entry])
+
+    def _record_history(self, entries: list[StoredEntry]) -> list[None]:
+        add = self._add_history
+        assert add is not None
+        try:
+            add(entries, self.table.history_keep)
+        except Exception as exc:
+            log_safely(
+                logger,
+                (KeyboardInterrupt, SystemExit),
+                logging.WARNING,
+                "timerwheel: the %s failed to record %d history entr%s (%r)",
+                self.store.name,
+                len(entries),
+                "y" if len(entries) == 1 else "ies",
+                exc,
+            )
+        return [None] * len(entries)
+
+    def history(self, key: Hashable) -> list[StoredEntry]:
+        """The key's history, newest first, as the store has it (a shared store's: read by the writer,
+        after the entries queued before; not under the lock)."""
+        read = getattr(self.store, "history", None)
+        if read is None or not self.table.history_keep:
+            return []
+        if self.shared:
+            return list(self.writer().submit(read, key).result())
+        return list(read(key))
 
     def save(self, rows: list[StoredKey], finished: list[FinishedFire], what: str) -> None:
         """Write keys' rows and mark fires finished; a store that fails is logged (the rows are written

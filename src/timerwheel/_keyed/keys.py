@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from zoneinfo import ZoneInfo
 
 from .._engine import WallTimer
-from .._stores import StoredKey
+from .._stores import StoredEntry, StoredKey
 
 if TYPE_CHECKING:
     from .._engine import JobContext
@@ -159,6 +159,8 @@ class KeyInfo(NamedTuple):
             KeyedScheduler's), or None.
         retry_at: when its failed fire is tried again (a retry waits: `next_run_at` is its schedule's
             next fire, which the retry gives way to), or None.
+        last_run: the latest run of the key this KeyedScheduler ended (a HistoryEntry: ran or failed),
+            or None (KeyedScheduler.last_run() reads the store: every process's, across restarts).
     """
 
     key: Hashable
@@ -177,6 +179,40 @@ class KeyInfo(NamedTuple):
     runs: int = 0
     retry: Retry | None = None
     retry_at: datetime | None = None
+    last_run: HistoryEntry | None = None
+
+
+class HistoryEntry(NamedTuple):
+    """One entry of a key's history (KeyedScheduler.history): a decision about one of its fires, and
+    why. `outcome` is one of:
+
+    - "ran": a run ended (`duration`); "failed": a run raised (`error`, `duration`);
+    - "retried": a failed fire was handed over again (`attempt`: the retry's; see Retry);
+    - "skipped": a fire came while a run of its key went (Overlap.SKIP);
+    - "missed": a fire fell due while the key was not held (a restart, a pause, a takeover) and the
+      catch-up rules did not run it (catch_up, max_catch_up, misfire_grace);
+    - "dropped": the scheduler's backpressure dropped the fire's run;
+    - "paused": the key was paused (`scheduled_for`: the fire the pause holds back, or None);
+    - "superseded": an upsert or replace made the fire's key a new generation before it began;
+    - "lease_lost": the lease on the key may have lapsed before the fire began (a shared store): taken
+      again, or by the process that holds the key now;
+    - "late": the fire had not begun late_grace seconds after it was due (on_late).
+
+    Attributes:
+        scheduled_for: the fire's time (an aware UTC datetime), or None.
+        at: when it was decided (the wall clock of the process that decided, an aware UTC datetime).
+        outcome: what became of it (above).
+        attempt: the run's attempt (1, more for a rerun or a retry); 0 for a fire that did not run.
+        duration: the run's, in seconds (ran, failed), else None.
+        error: what the run raised ("Type: message"), or why the fire did not run, or None.
+    """
+
+    scheduled_for: datetime | None
+    at: datetime
+    outcome: str
+    attempt: int
+    duration: float | None = None
+    error: str | None = None
 
 
 MAX_DELAY = 1e9  # seconds a fire may be delayed by, at most (jitter, spread, a retry: about 31 years)
@@ -306,6 +342,7 @@ class Key(WallTimer):
         "key",
         "last_call",
         "last_error",
+        "last_run",
         "last_scheduled_for",
         "late",
         "next_run_at",
@@ -375,6 +412,9 @@ class Key(WallTimer):
         # (generation, scheduled_for, started_at) of its latest take: a retry of that fire is a take of
         # its own, with a later started_at (a store takes a rerun with the same one as the same take)
         self.took: tuple[int, float, int] | None = None
+        # (its latest run's end, KeyInfo.last_run: (scheduled_for, at, outcome, attempt, duration, error),
+        # made a HistoryEntry when it is asked for)
+        self.last_run: tuple[float, float, str, int, float | None, str | None] | None = None
 
     def row(
         self,
@@ -447,6 +487,7 @@ class Key(WallTimer):
                 self.runs,
                 force.retry,
                 None if closed or retrying is None or retrying.id is None else from_posix(retrying.wall, UTC),
+                None if self.last_run is None else last_run_of(self.last_run),
             ),
         )
 
@@ -711,6 +752,26 @@ def us(t: float | None) -> int | None:
 
 def seconds_of(us: int | None) -> float | None:
     return None if us is None else us / 1_000_000
+
+
+def last_run_of(ran: tuple[float, float, str, int, float | None, str | None]) -> HistoryEntry:
+    """A key's latest run's end (Key.last_run) as a HistoryEntry."""
+    scheduled_for, at, outcome, attempt, duration, error = ran
+    return HistoryEntry(
+        from_posix(scheduled_for, UTC), from_posix(at, UTC), outcome, attempt, duration, error
+    )
+
+
+def entry_of(stored: StoredEntry) -> HistoryEntry:
+    """A stored history entry as the user sees it."""
+    return HistoryEntry(
+        None if stored.scheduled_for is None else from_posix(stored.scheduled_for / 1_000_000, UTC),
+        from_posix(stored.at / 1_000_000, UTC),
+        stored.outcome,
+        stored.attempt,
+        seconds_of(stored.duration),
+        stored.error,
+    )
 
 
 ALWAYS_AWARE = (timezone, ZoneInfo)  # tzinfos whose utcoffset() is never None: timestamp() is exact

@@ -196,6 +196,8 @@ class Runs:
             return  # (it began, or it was skipped, dropped, superseded)
         late.told = True
         t.counts["late"] += 1
+        late_by = max(0.0, wall_now - scheduled_for)
+        t.noted(rec, scheduled_for, "late", at=wall_now, error=f"not begun {late_by:.3f} s after it was due")
         t.call(t.on_late, rec.key, from_posix(scheduled_for, UTC), max(0.0, wall_now - scheduled_for))
 
     # -- retries (retry=) ------------------------------------------------------------------------------
@@ -279,6 +281,7 @@ class Runs:
             rec.handed = fire
             retrying.hand = rec.hand
             t.counts["retried"] += 1
+            t.noted(rec, scheduled_for, "retried", retrying.attempt + 1, wall_now, error=retrying.error)
             if t.late_grace is not None:
                 self._watch(rec, scheduled_for, True, due=retrying.wall)
             assert t.engine is not None
@@ -503,6 +506,9 @@ class Runs:
         self, rec: Key, generation: int, scheduled_for: float, rerun: bool, hand: int
     ) -> Start | None:
         if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
+            current = self.table.keys.get(rec.key) is rec
+            if current and not self.table.closed and rec.generation != generation:
+                self.table.noted(rec, scheduled_for, "superseded", error="upserted before it began")
             return None
         if hand <= rec.voided:  # (handed over before a pause: see Key.hand)
             return None
@@ -660,6 +666,7 @@ class Runs:
         skipped fire its plan)."""
         t = self.table
         t.counts["skipped"] += 1
+        t.noted(rec, scheduled_for, "skipped", at=wall_now, error="a run of the key was going")
         queue = rec.catch_up
         if queue and queue[0][0] == scheduled_for:  # (a trigger waits there)
             rec.catch_up = queue[1:] or None
@@ -749,6 +756,7 @@ class Runs:
             rec.handed = None  # (its take is done: what follows plans the key)
         lapsed = self.table.lease is not None and self.table.monotonic() >= asked + self.table.lease
         if lapsed and isinstance(taken, int) and taken:
+            self.table.noted(rec, scheduled_for, "lease_lost", taken, error="the lease may have lapsed")
             taken = LeaseLapsed(
                 f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
                 f"the process longer than the lease, {self.table.lease} s): taken again before it runs"
@@ -922,6 +930,8 @@ class Runs:
             retry_at = None
             if started and current and isinstance(error, Exception) and outcome is not None:
                 retry_at = self._retry_at(rec, ctx, scheduled_for, wall_now, outcome)
+            if started or self.table.history_keep:
+                self._ran(rec, ctx, generation, scheduled_for, wall_now, error, started)
             retrying = rec.retrying
             if retry_at is not None:
                 assert error is not None
@@ -946,6 +956,31 @@ class Runs:
                 self.journal.release_store()
         if started:
             self.table.call(self.table.on_finish, rec.key, data, error)
+
+    def _ran(
+        self,
+        rec: Key,
+        ctx: JobContext,
+        generation: int,
+        scheduled_for: float,
+        wall_now: float,
+        error: BaseException | None,
+        started: bool,
+    ) -> None:
+        """Under the lock: a run ended (KeyInfo.last_run, and the key's history: ran, failed), or a fire
+        taken did not start (superseded)."""
+        if not started:
+            self.table.noted(rec, scheduled_for, "superseded", 0, wall_now, error="upserted before it began")
+            return
+        took = rec.took
+        duration = None
+        if took is not None and took[:2] == (generation, scheduled_for):
+            duration = max(0.0, wall_now - took[2] / 1_000_000)
+        attempt = 1 if ctx.fence is None else ctx.fence.attempt
+        message = None if error is None else describe(error)
+        outcome = "ran" if error is None else "failed"
+        rec.last_run = (scheduled_for, wall_now, outcome, attempt, duration, message)
+        self.table.noted(rec, scheduled_for, outcome, attempt, wall_now, duration, message)
 
     def _finished(
         self,
@@ -981,6 +1016,7 @@ class Runs:
             if rec.id is not None:
                 return  # armed meanwhile (an upsert)
             rec.last_error = f"Dropped: the run of {iso(scheduled_for)} was dropped (backpressure)"
+            self.table.noted(rec, scheduled_for, "dropped", error=rec.last_error)
             trigger = rec.triggered
             if trigger is not None and (rerun or trigger.at != scheduled_for):
                 trigger = None

@@ -35,6 +35,7 @@ from .keys import (
     MAX_POSIX,
     MIN_POSIX,
     CatchUp,
+    HistoryEntry,
     Key,
     KeyedStats,
     KeyInfo,
@@ -47,6 +48,8 @@ from .keys import (
     Retry,
     check_key,
     checked_key,
+    entry_of,
+    last_run_of,
     micro,
     options,
 )
@@ -56,6 +59,8 @@ from .shared import Pending, SharedKeys
 from .table import KeyTable
 
 __all__ = ["KeyedScheduler"]
+
+DEFAULT_HISTORY = 10  # entries of each key's history a store keeps, by default (as Temporal's recent actions)
 
 
 class KeyedScheduler:
@@ -120,6 +125,8 @@ class KeyedScheduler:
             that does not answer. Once per fire; also counted (KeyedStats.late).
         late_grace: seconds a fire may wait to begin (> 0); None: 60 s with on_late, else no late checks
             (given alone: they are counted, and nobody is called).
+        history: how many entries of each key's history the store keeps (its newest; see history());
+            0: none.
 
     Raises:
         TypeError: a scheduler of another type, next_run or run not callable, a non-enum reschedule or
@@ -155,6 +162,7 @@ class KeyedScheduler:
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None = None,
         on_late: Callable[[Any, datetime, float], object] | None = None,
         late_grace: float | None = None,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         from .._drivers.asyncio import AsyncScheduler
         from .._drivers.threaded import ThreadedScheduler
@@ -245,6 +253,7 @@ class KeyedScheduler:
             on_missed=on_missed,
             on_late=on_late,
             late_grace=late_grace,
+            history=count(history, "history"),
         )
         self._keys = table.keys  # (the same dict, for the hot paths)
         # upsert() takes its common case inline, but never under an AsyncScheduler nor with a durable
@@ -798,6 +807,54 @@ class KeyedScheduler:
         with self._lock:
             rec = self._keys.get(key)
             return None if rec is None else rec.info()
+
+    def history(self, key: Hashable) -> list[HistoryEntry]:
+        """The key's history, newest first: what became of its fires, and why (HistoryEntry: ran, failed,
+        retried, skipped, missed, dropped, paused, superseded, lease_lost, late), as its store keeps it
+        (its newest `history` entries; a durable store keeps them across restarts, a shared one every
+        process's). remove() forgets it. [] for a key never seen, or with history=0.
+
+        Raises:
+            TypeError: the key is not hashable. StoreError: the store failed, or has an entry this
+                timerwheel cannot read (naming the file and the key). RuntimeError: a shared store's,
+                called on the event loop's thread of an AsyncScheduler (use ahistory()).
+        """
+        check_key(key)
+        if self._table.shared:
+            if self._table.is_async:
+                raise RuntimeError(
+                    "history() of a shared store waits for a database read: under an AsyncScheduler, "
+                    "await ahistory()"
+                )
+            return [entry_of(e) for e in self._journal.history(key)]
+        with self._lock:
+            return [entry_of(e) for e in self._journal.history(key)]
+
+    async def ahistory(self, key: Hashable) -> list[HistoryEntry]:
+        """history(), for a coroutine under an AsyncScheduler: a shared store's read is awaited, never
+        waited for on the loop's thread. With the other stores it is history()."""
+        import asyncio
+
+        check_key(key)
+        self._table.check_caller()
+        if not self._table.shared:
+            return self.history(key)
+        read = getattr(self._table.store, "history", None)
+        if read is None or not self._table.history_keep:
+            return []
+        found = await asyncio.wrap_future(self._journal.writer().submit(read, key))
+        return [entry_of(e) for e in found]
+
+    def last_run(self, key: Hashable) -> HistoryEntry | None:
+        """The key's latest run (ran, or failed with its error), as its history keeps it (see history();
+        a store that keeps none: the latest this KeyedScheduler ended), or None. Raises what history()
+        raises."""
+        for entry in self.history(key):
+            if entry.outcome in ("ran", "failed"):
+                return entry
+        with self._lock:
+            rec = self._keys.get(key)
+            return None if rec is None or rec.last_run is None else last_run_of(rec.last_run)
 
     def snapshot(self) -> dict[Hashable, KeyInfo]:
         """Every key as it stands. O(keys); one lock held throughout (a consistent view)."""

@@ -84,6 +84,7 @@ class KeyTable:
         on_missed: Callable[[Any, Any, int, datetime, datetime], object] | None,
         on_late: Callable[[Any, datetime, float], object] | None = None,
         late_grace: float | None = None,
+        history: int = 0,
     ) -> None:
         self.sched = sched
         self.is_async = is_async
@@ -165,6 +166,10 @@ class KeyTable:
         self.held = threading.local()
         self.holding = False  # (a hint: some thread held one once; the hot path checks only this)
         self.fired: Callable[[Key], None] = _not_yet  # a key's timer came due: set by Runs
+        # Every key's history: its `history_keep` newest entries (0: none), added by `note` (the
+        # Journal's: see Journal.note)
+        self.history_keep = history
+        self.note: Callable[..., None] = _no_note
 
     # -- records --------------------------------------------------------------------------------------
 
@@ -201,6 +206,8 @@ class KeyTable:
         """Drop a key from memory and take back its timer; its running runs' ctx.cancelled is set if
         `cancel` (default: cancel_running_on_remove)."""
         rec = self.keys.pop(key)
+        if not self.durable:  # (a memory store forgets what it kept of the key: its history)
+            self.store.delete(key)
         self.loaded.discard(key)
         self.paused_fires.pop(key, None)
         rec.paused = False  # (its pause goes with it: a key added again is not paused)
@@ -354,6 +361,8 @@ class KeyTable:
             return
         old = rec.state
         rec.paused = True
+        held = rec.catch_up[0][0] if rec.catch_up else rec.next_run_at
+        self.noted(rec, held, "paused")
         self.untrigger(rec)  # (a pause drops a trigger not run yet)
         rec.voided = rec.hand  # (the jobs handed over so far do not start their fires: see Key.hand)
         rec.handed = None
@@ -581,7 +590,30 @@ class KeyTable:
             self.held.error = None
             raise error
 
+    def noted(
+        self,
+        rec: Key,
+        scheduled_for: float | None,
+        outcome: str,
+        attempt: int = 0,
+        at: float | None = None,
+        duration: float | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Add an entry to the key's history (see HistoryEntry), decided at `at` (None: now, by the wall
+        clock; one that fails: the engine's latest reading)."""
+        if not self.history_keep:
+            return
+        if at is None:
+            try:
+                at = self.wall_now()
+            except Exception:
+                at = self.engine.last_wall if self.engine is not None else scheduled_for or 0.0
+        self.note(rec.key, scheduled_for, outcome, attempt, at, duration, error)
+
     def report_missed(self, rec: Key, skipped: list[float], beyond: bool, why: str) -> None:
+        for point in skipped[-self.history_keep :] if self.history_keep else ():
+            self.noted(rec, point, "missed", error=f"missed while {why}")
         count = len(skipped)
         logger.debug(
             "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",
@@ -610,6 +642,10 @@ class KeyTable:
     def check_caller(self) -> None:
         if self.is_async:
             check_caller(self.sched)  # an AsyncScheduler is touched on its loop's thread only
+
+
+def _no_note(*args: Any, **kwargs: Any) -> None:
+    """(No history until the Journal is made.)"""
 
 
 def _not_yet(rec: Key) -> None:

@@ -18,10 +18,22 @@ rows.py; a shared store calls back the SharedHolder protocol.
 from .memory import MemoryStore
 from .postgres import PostgresStore
 from .protocols import KeyStore, SharedHolder
-from .rows import TAKE_PAUSED, FinishedFire, Put, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from .rows import (
+    OUTCOMES,
+    TAKE_PAUSED,
+    FinishedFire,
+    Put,
+    StoredEntry,
+    StoredFire,
+    StoredKey,
+    StoreError,
+    decode_key,
+    encode_key,
+)
 from .sqlite import SQLiteStore, abandon
 
 __all__ = [
+    "OUTCOMES",
     "TAKE_PAUSED",
     "FinishedFire",
     "KeyStore",
@@ -31,6 +43,7 @@ __all__ = [
     "SQLiteStore",
     "SharedHolder",
     "StoreError",
+    "StoredEntry",
     "StoredFire",
     "StoredKey",
     "abandon",

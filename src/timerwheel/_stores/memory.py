@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections import deque
+from collections.abc import Hashable, Iterable, Sequence
 
-from .rows import FinishedFire, StoredFire, StoredKey
+from .rows import FinishedFire, StoredEntry, StoredFire, StoredKey
 
 
 class MemoryStore:
@@ -14,6 +15,9 @@ class MemoryStore:
     durable = False
     shared = False
     name = "memory"
+
+    def __init__(self) -> None:
+        self._history: dict[Hashable, deque[StoredEntry]] = {}
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Nothing is stored."""
@@ -31,8 +35,21 @@ class MemoryStore:
         """Nothing to write."""
 
     def delete(self, key: Hashable) -> bool:
-        """Nothing to write."""
+        """Nothing to write (the key's history goes)."""
+        self._history.pop(key, None)
         return False
+
+    def add_history(self, entries: Sequence[StoredEntry], keep: int) -> None:
+        """Add entries to their keys' histories, each kept to its `keep` newest."""
+        for entry in entries:
+            kept = self._history.get(entry.key)
+            if kept is None or kept.maxlen != keep:
+                kept = self._history[entry.key] = deque(kept or (), maxlen=keep)
+            kept.append(entry)
+
+    def history(self, key: Hashable) -> list[StoredEntry]:
+        """The key's history, newest first."""
+        return list(reversed(self._history.get(key, ())))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Every fire is taken, at its first attempt."""

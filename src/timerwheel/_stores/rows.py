@@ -88,6 +88,20 @@ class FinishedFire(NamedTuple):
     error: str | None
 
 
+class StoredEntry(NamedTuple):
+    """An entry of a key's history (KeyedScheduler.history): a decision about one of its fires. Times in
+    microseconds since the epoch (UTC); `scheduled_for` None for a decision of no fire; `duration` (the
+    run's, in microseconds) for a run that ended, else None."""
+
+    key: Hashable
+    at: int
+    scheduled_for: int | None
+    outcome: str
+    attempt: int
+    duration: int | None = None
+    error: str | None = None
+
+
 def encode_key(key: Any) -> str:
     """A key as stored: JSON of a str or an int (so that "1" and 1 stay two keys). TypeError otherwise,
     ValueError for an int too long to write."""
@@ -257,6 +271,26 @@ def key_row(
     check_triggered(t)
     _check_int("runs", r, 0)
     return StoredKey(key, d, g, s, n, last, e, bool(p), o, t, r)
+
+
+OUTCOMES = frozenset(
+    ("ran", "failed", "retried", "skipped", "missed", "dropped", "paused", "superseded", "lease_lost", "late")
+)
+
+
+def entry_row(key: Hashable, at: Any, s: Any, outcome: Any, attempt: Any, d: Any, e: Any) -> StoredEntry:
+    """A row of timerwheel_history, checked as key_row checks a key's."""
+    _check_int("at", at, _MIN_US, _MAX_US)
+    if s is not None:
+        _check_int("scheduled_for", s, _MIN_US, _MAX_US)
+    if outcome not in OUTCOMES:
+        raise ValueError(f"its outcome is {outcome!r}, not one of {', '.join(sorted(OUTCOMES))}")
+    _check_int("attempt", attempt, 0)
+    if d is not None:
+        _check_int("duration", d, 0)
+    if e is not None and type(e) is not str:
+        raise ValueError(f"its error is {type(e).__name__}, not text or NULL")
+    return StoredEntry(key, at, s, outcome, attempt, d, e)
 
 
 def fire_row(k: Any, g: Any, at: Any, attempts: Any) -> StoredFire:

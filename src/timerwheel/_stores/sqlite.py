@@ -11,10 +11,20 @@ import sqlite3
 import sys
 import threading
 import weakref
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from .rows import FinishedFire, StoredFire, StoredKey, StoreError, encode_key, fire_row, key_row
+from .rows import (
+    FinishedFire,
+    StoredEntry,
+    StoredFire,
+    StoredKey,
+    StoreError,
+    encode_key,
+    entry_row,
+    fire_row,
+    key_row,
+)
 
 if sys.platform != "win32":
     import fcntl
@@ -22,7 +32,7 @@ if sys.platform != "win32":
 # (2: a key may be paused: timerwheel_keys.paused; 3: a key's own options and its trigger not run yet:
 # timerwheel_keys.options and .triggered; 4: a key's count of runs, timerwheel_keys.runs. A file of an
 # older version is migrated as it is opened)
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 _MIGRATIONS = {
     1: ["ALTER TABLE timerwheel_keys ADD COLUMN paused INTEGER NOT NULL DEFAULT 0"],
     2: [
@@ -30,6 +40,7 @@ _MIGRATIONS = {
         "ALTER TABLE timerwheel_keys ADD COLUMN triggered TEXT",
     ],
     3: ["ALTER TABLE timerwheel_keys ADD COLUMN runs INTEGER NOT NULL DEFAULT 0"],
+    4: [],  # (a table more: timerwheel_history, made by the schema)
 }
 
 
@@ -171,7 +182,27 @@ CREATE TABLE IF NOT EXISTS timerwheel_fires (
     PRIMARY KEY (key, generation, scheduled_for)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS timerwheel_unfinished ON timerwheel_fires (key) WHERE finished_at IS NULL;
+CREATE TABLE IF NOT EXISTS timerwheel_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    at INTEGER NOT NULL,
+    scheduled_for INTEGER,
+    outcome TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    duration INTEGER,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS timerwheel_history_key ON timerwheel_history (key, id);
 """
+
+_HISTORY = (
+    "INSERT INTO timerwheel_history (key, at, scheduled_for, outcome, attempt, duration, error) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_TRIM = (
+    "DELETE FROM timerwheel_history WHERE key = ? AND id <= (SELECT id FROM timerwheel_history "
+    "WHERE key = ? ORDER BY id DESC LIMIT 1 OFFSET ?)"
+)
 
 _PUT = (
     "INSERT OR REPLACE INTO timerwheel_keys (key, data, generation, state, next_run_at, last_scheduled_for, "
@@ -235,6 +266,13 @@ def abandon(store: SQLiteStore) -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def _write_history(db: sqlite3.Connection, entries: list[tuple[Any, ...]], keep: int) -> None:
+    """Insert history entries, then drop each of their keys' entries but the `keep` newest."""
+    db.executemany(_HISTORY, entries)
+    for k in {e[0] for e in entries}:
+        db.execute(_TRIM, (k, k, keep))
 
 
 def _above_floor(db: sqlite3.Connection, values: list[tuple[Any, ...]], floor: int) -> list[tuple[Any, ...]]:
@@ -309,6 +347,10 @@ class SQLiteStore:
         # The fires this life took that are not finished yet (start_fire): a rerun of one of them with
         # the started_at it was taken with is the same take again
         self._taken: set[tuple[str, int, int]] = set()
+        # History entries not written yet (add_history): they go with the next transaction, so that a
+        # run's end and its entry are one commit (one fsync with synchronous=FULL)
+        self._entries: list[tuple[Any, ...]] = []
+        self._keep = 0
         if os.path.isdir(self.path):
             raise StoreError(f"cannot open the {self.name}: it is a directory")
         why = _read_only(self.path)
@@ -440,16 +482,21 @@ class SQLiteStore:
             # (as a savepoint, it would be undone with the rest after it returned).
             self._depth += 1
             counted = True
+            entries, keep = ([], 0) if nested else (self._entries, self._keep)
+            self._entries = [] if entries else self._entries
             try:
                 db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
                 try:
                     result = work(db)
+                    if entries:
+                        _write_history(db, entries, keep)
                 except BaseException:
                     self._depth -= 1
                     counted = False
                     _rollback(db, nested)
                     raise
                 db.execute("RELEASE timerwheel_nested" if nested else "COMMIT")
+                entries = []
             except sqlite3.Error as exc:
                 if counted:
                     self._depth -= 1
@@ -460,7 +507,42 @@ class SQLiteStore:
             finally:
                 if counted:
                     self._depth -= 1
+                if entries:  # (not written: they go with the next transaction)
+                    self._entries[:0] = entries
             return result
+
+    def add_history(self, entries: Sequence[StoredEntry], keep: int) -> None:
+        """Add entries to their keys' histories, each kept to its `keep` newest. They are written with
+        the next write (a run's end: in its transaction), or by history() or close(). A key's entries
+        over `keep` are dropped as entries are written."""
+        values = [(encode_key(e.key), *e[1:]) for e in entries]
+        with self._lock:
+            self._entries.extend(values)
+            self._keep = keep
+
+    def history(self, key: Hashable) -> list[StoredEntry]:
+        """The key's history, newest first (what add_history gave not written yet is written first).
+        StoreError naming the file and the row for an entry this timerwheel cannot read."""
+        k = encode_key(key)
+        with self._lock:
+            if self._entries:
+                self._transaction(lambda db: None)
+            try:
+                found = (
+                    self._conn()
+                    .execute(
+                        "SELECT at, scheduled_for, outcome, attempt, duration, error FROM timerwheel_history "
+                        "WHERE key = ? ORDER BY id DESC",
+                        (k,),
+                    )
+                    .fetchall()
+                )
+            except sqlite3.Error as exc:
+                raise _sqlite_error(self.name, exc) from None
+        try:
+            return [entry_row(key, *row) for row in found]
+        except ValueError as exc:
+            raise _unreadable(self.name, "timerwheel_history", key, exc) from None
 
     def load(self) -> tuple[Iterable[StoredKey], list[StoredFire]]:
         """Every stored key (rows read as they are consumed: 10**5 keys need no list of 10**5 rows), and
@@ -523,6 +605,7 @@ class SQLiteStore:
                 deleted.append(found[0])
         db.executemany("DELETE FROM timerwheel_keys WHERE key = ?", [(k,) for k in keys])
         db.executemany("DELETE FROM timerwheel_fires WHERE key = ?", [(k,) for k in keys])
+        db.executemany("DELETE FROM timerwheel_history WHERE key = ?", [(k,) for k in keys])
         floor = max(deleted, default=self._floor)
         if floor > self._floor:
             db.execute("INSERT OR REPLACE INTO timerwheel_meta VALUES ('generation_floor', ?)", (str(floor),))
@@ -670,6 +753,9 @@ class SQLiteStore:
         if self._pid != os.getpid() and not self._inherited:
             self._inherited_by_fork()  # (before the lock, which a thread of the parent may have held)
         with self._lock:
+            if self._entries and self._db is not None and not self._inherited:
+                with contextlib.suppress(StoreError):  # (history entries not written yet: written now)
+                    self._transaction(lambda db: None)
             db, self._db = self._db, None
         if db is None:
             return

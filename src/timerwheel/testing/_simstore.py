@@ -18,7 +18,16 @@ from concurrent.futures import Future
 from typing import Any
 
 from .._keyed.journal import Work, next_work
-from .._stores import TAKE_PAUSED, FinishedFire, Put, SharedHolder, StoredFire, StoredKey, StoreError
+from .._stores import (
+    TAKE_PAUSED,
+    FinishedFire,
+    Put,
+    SharedHolder,
+    StoredEntry,
+    StoredFire,
+    StoredKey,
+    StoreError,
+)
 from .._stores.postgres.keeper import CLAIM_CHUNK, RECONCILE_EVERY
 
 __all__ = ["SimDatabase", "SimStore"]
@@ -32,6 +41,7 @@ class SimDatabase:
         self.now = now
         self.keys: dict[Hashable, dict[str, Any]] = {}
         self.fires: dict[tuple[Hashable, int, int], dict[str, Any]] = {}
+        self.history: dict[Hashable, list[StoredEntry]] = {}  # (timerwheel_history: oldest first)
         self.owners: dict[str, float] = {}  # the processes' leases (timerwheel_leases): owner -> until
         self.detached: set[str] = set()  # owners whose KeyedScheduler closed (sharing: false)
         self.rechecks: set[str] = set()  # owners whose take found their lease lapsed, or a fire refused
@@ -92,6 +102,8 @@ class SimDatabase:
         keep = {row.key for row in rows}
         for fire in [f for f in self.fires if f[0] not in keep]:
             del self.fires[fire]
+        for key in [k for k in self.history if k not in keep]:
+            del self.history[key]
         gone = [k for k in self.keys if k not in keep]
         for key in gone:
             self.floor = max(self.floor, self.keys.pop(key)["generation"])
@@ -136,6 +148,7 @@ class SimDatabase:
     def delete(self, key: Hashable, owner: str) -> bool:
         for fire in [f for f in self.fires if f[0] == key]:
             del self.fires[fire]
+        self.history.pop(key, None)
         row = self.keys.pop(key, None)
         if row is None:
             return False
@@ -441,6 +454,19 @@ class SimStore:
         if after is not None:
             after()
         return existed
+
+    def add_history(self, entries: list[StoredEntry], keep: int) -> None:
+        after = self._call(f"record {len(entries)} history entries")
+        for entry in entries:
+            kept = self.db.history.setdefault(entry.key, [])
+            kept.append(entry)
+            del kept[: max(0, len(kept) - keep)]
+        if after is not None:
+            after()
+
+    def history(self, key: Hashable) -> list[StoredEntry]:
+        self._call(f"read the history of key {key!r}", write=False)
+        return list(reversed(self.db.history.get(key, ())))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         result = self.start_fires([(row, scheduled_for, started_at, rerun)])[0]

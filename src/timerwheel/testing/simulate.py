@@ -697,6 +697,13 @@ class _FaultyStore:
     def finish_fire(self, *args: Any) -> None:
         self._write("record a run's end", self._store.finish_fire, *args)
 
+    def add_history(self, entries: Any, keep: int) -> None:
+        self._store.add_history(entries, keep)  # (kept for the next write: no fault of its own)
+
+    def history(self, key: Hashable) -> Any:
+        self._check("read a history")
+        return self._store.history(key)
+
     def close(self) -> None:
         self._store.close()
 

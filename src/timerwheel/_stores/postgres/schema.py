@@ -15,7 +15,7 @@ from ..rows import FinishedFire, StoredKey, StoreError, check_triggered, encode_
 # paused, and a take of its fires is refused; 7: a key's own options, set by a user's change, and its
 # trigger not run yet, set by any process, cleared by the take of a fire at or after it; 8: a key's
 # count of runs, counted by the take of each new fire, left by put and replace)
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 CHANNEL = "timerwheel"
 LOCK_ID = 0x74696D6572  # the advisory lock that serialises schema creation and migration ("timer")
 REPLACE_ID = LOCK_ID + 1  # the advisory lock that serialises replace_all() across processes
@@ -61,6 +61,19 @@ SCHEMA = [
     )""",
     """CREATE INDEX IF NOT EXISTS timerwheel_fires_unfinished ON timerwheel_fires (key)
         WHERE finished_at IS NULL""",
+    # (version 9) Keys' histories (KeyedScheduler.history): entries in the order they were written, each
+    # key's kept to the newest the writing KeyedScheduler keeps (its history=)
+    """CREATE TABLE IF NOT EXISTS timerwheel_history (
+        id bigserial PRIMARY KEY,
+        key text NOT NULL,
+        at bigint NOT NULL,
+        scheduled_for bigint,
+        outcome text NOT NULL,
+        attempt integer NOT NULL,
+        duration bigint,
+        error text
+    )""",
+    """CREATE INDEX IF NOT EXISTS timerwheel_history_key ON timerwheel_history (key, id)""",
     # A process's lease: every key whose row names it as owner is its own while the lease has not lapsed;
     # once it lapsed, a claim may take its keys (see Keeper.one_round). `sharing` is false once its
     # KeyedScheduler closed: it still holds the keys whose runs go on, and no longer counts among the

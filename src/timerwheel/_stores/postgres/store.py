@@ -8,12 +8,23 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..._validate import seconds as _seconds
 from ..protocols import SharedHolder
-from ..rows import TAKE_PAUSED, FinishedFire, Put, StoredFire, StoredKey, StoreError, decode_key, encode_key
+from ..rows import (
+    TAKE_PAUSED,
+    FinishedFire,
+    Put,
+    StoredEntry,
+    StoredFire,
+    StoredKey,
+    StoreError,
+    decode_key,
+    encode_key,
+    entry_row,
+)
 from .database import Database, redacted
 from .keeper import Keeper
 from .schema import (
@@ -185,6 +196,7 @@ class PostgresStore:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (REPLACE_ID,))
                 conn.execute("SELECT 1 FROM timerwheel_keys ORDER BY key FOR UPDATE").fetchall()
                 conn.execute("DELETE FROM timerwheel_fires WHERE NOT (key = ANY(%s))", (keys,))
+                conn.execute("DELETE FROM timerwheel_history WHERE NOT (key = ANY(%s))", (keys,))
                 deleted = conn.execute(
                     "WITH d AS (DELETE FROM timerwheel_keys WHERE NOT (key = ANY(%s)) RETURNING generation) "
                     "SELECT max(generation) FROM d",
@@ -262,6 +274,7 @@ class PostgresStore:
                 # deadlock with a replace_all() or a take)
                 conn.execute("SELECT 1 FROM timerwheel_keys WHERE key = %s FOR UPDATE", (k,)).fetchall()
                 conn.execute("DELETE FROM timerwheel_fires WHERE key = %s", (k,))
+                conn.execute("DELETE FROM timerwheel_history WHERE key = %s", (k,))
                 gone = conn.execute(
                     f"WITH d AS (DELETE FROM timerwheel_keys WHERE key = %s RETURNING generation) "
                     f"{RAISE_FLOOR} RETURNING 1",
@@ -393,6 +406,58 @@ class PostgresStore:
             ),
             what,
         )
+
+    def add_history(self, entries: Sequence[StoredEntry], keep: int) -> None:
+        """Add entries to their keys' histories, in one transaction, then drop each of those keys'
+        entries but the `keep` newest (the KeyedScheduler's writer hands over every entry queued)."""
+        if not entries:
+            return
+        columns = [
+            array_literal([encode_key(e.key) for e in entries]),
+            array_literal([e.at for e in entries]),
+            array_literal([e.scheduled_for for e in entries]),
+            array_literal([e.outcome for e in entries]),
+            array_literal([e.attempt for e in entries]),
+            array_literal([e.duration for e in entries]),
+            array_literal([clean_text(e.error) for e in entries]),
+        ]
+        keys = array_literal(sorted({encode_key(e.key) for e in entries}))
+
+        def work(conn: Any) -> None:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO timerwheel_history (key, at, scheduled_for, outcome, attempt, duration, "
+                    "error) SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], "
+                    "%s::integer[], %s::bigint[], %s::text[])",
+                    columns,
+                )
+                conn.execute(
+                    "DELETE FROM timerwheel_history AS h WHERE h.key = ANY(%s::text[]) AND h.id <= (SELECT "
+                    "id FROM timerwheel_history WHERE key = h.key ORDER BY id DESC LIMIT 1 OFFSET %s)",
+                    (keys, keep),
+                )
+
+        self._db.do(work, f"record {len(entries)} history entr{'y' if len(entries) == 1 else 'ies'}")
+
+    def history(self, key: Hashable) -> list[StoredEntry]:
+        """The key's history, newest first (every process's entries). StoreError naming the row for an
+        entry this timerwheel cannot read."""
+        k = encode_key(key)
+        found = self._db.do(
+            lambda conn: conn.execute(
+                "SELECT at, scheduled_for, outcome, attempt, duration, error FROM timerwheel_history "
+                "WHERE key = %s ORDER BY id DESC",
+                (k,),
+            ).fetchall(),
+            f"read the history of key {key!r}",
+        )
+        try:
+            return [entry_row(key, *row) for row in found]
+        except ValueError as exc:
+            raise StoreError(
+                f"the {self.name} has a row that this timerwheel cannot read: the history of key {key!r} "
+                f"in timerwheel_history: {exc}"
+            ) from None
 
     def set_paused(self, keys: list[Hashable] | None, paused: bool) -> list[Hashable]:
         """Pause or resume `keys` (None: every key), wherever they are held (the others are notified;
