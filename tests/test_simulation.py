@@ -271,11 +271,40 @@ def test_a_fire_retried_more_than_its_attempts_or_after_a_newer_fire_is_caught(
     with monkeypatch.context() as m:
         m.setattr(_runs.Runs, "_retry_at", lambda self, rec, ctx, at, wall_now, outcome: wall_now + 1.5)
         m.setattr(_runs.Runs, "retry_due", eager)
-        m.setattr(_runs.Runs, "_gives_way", lambda self, rec, generation, at, hand: False)
+        m.setattr(_runs.Runs, "_gives_way", lambda self, rec, generation, at: False)
         with cluster_of(Retry(2, backoff=1.5), every_other_fails) as cluster:
             cluster.upsert("a", {})
             cluster.run_for(4.0)
             assert "retry-gives-way" in {v.invariant for v in cluster.violations}
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_a_history_that_tells_of_a_run_that_did_not_end_is_caught(
+    monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    """Plant a bug: a run's entry in its key's history names the wrong attempt. The oracle catches it;
+    the true history passes."""
+
+    def cluster_of() -> SimulatedCluster:
+        processes = 2 if store == "shared" else 1
+        return SimulatedCluster(every_second, lambda key, data: None, store=store, processes=processes)
+
+    with cluster_of() as cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        cluster.quiet()
+        cluster.check()
+    real = _table.KeyTable.noted
+
+    def wrong(self: Any, rec: Any, scheduled_for: Any, outcome: str, attempt: int = 0, *args: Any) -> None:
+        real(self, rec, scheduled_for, outcome, attempt + (outcome == "ran"), *args)
+
+    monkeypatch.setattr(_table.KeyTable, "noted", wrong)
+    with cluster_of() as cluster:
+        cluster.upsert("a", {})
+        cluster.run_for(3.0)
+        cluster.quiet()
+        assert {v.invariant for v in cluster.violations} == {"history-true"}
 
 
 def test_a_fire_told_late_before_its_grace_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

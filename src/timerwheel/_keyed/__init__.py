@@ -11,8 +11,8 @@ from .shared import Fence, LeaseLapsed
 
 __all__ = [
     "CatchUp",
-    "HistoryEntry",
     "Fence",
+    "HistoryEntry",
     "KeyInfo",
     "KeyState",
     "KeyedScheduler",

@@ -486,7 +486,13 @@ class Key(WallTimer):
                 None if own is None else own.max_runs,
                 self.runs,
                 force.retry,
-                None if closed or retrying is None or retrying.id is None else from_posix(retrying.wall, UTC),
+                None
+                if closed
+                or retrying is None
+                or retrying.id is None
+                or retrying.fire_of is None
+                or retrying.fire_of[0] != self.generation
+                else from_posix(retrying.wall, UTC),
                 None if self.last_run is None else last_run_of(self.last_run),
             ),
         )
@@ -520,11 +526,11 @@ class Retrying(WallTimer):
     more), unless it gives way to another fire of the key (see Retry), in which case the fire ends failed.
     One per key; `fire_of` is the (generation, scheduled_for) of the fire it tries again, None once that
     fire ended; `attempt` the attempt that failed, `ended` when (POSIX seconds), `error` what it raised
-    (described), `took` its take's started_at (microseconds); `hand` the hand-over's token once it was
-    handed over (see Key.hand), else 0; `held` whether its time came while its key was paused (a resume
+    (described), `took` its take's started_at (microseconds); `handed` whether it was handed over and
+    has not begun yet; `held` whether its time came while its key was paused (a resume
     arms it again: the pause held it)."""
 
-    __slots__ = ("attempt", "ended", "error", "fire_of", "hand", "held", "owner", "rec", "took")
+    __slots__ = ("attempt", "ended", "error", "fire_of", "handed", "held", "owner", "rec", "took")
 
     def __init__(self, owner: Any, rec: Key) -> None:
         super().__init__()
@@ -534,7 +540,7 @@ class Retrying(WallTimer):
         self.attempt = 0
         self.ended = 0.0
         self.error = ""
-        self.hand = 0
+        self.handed = False
         self.held = False
         self.took = 0  # (the started_at of the failed attempt's take: the retry's is later)
 

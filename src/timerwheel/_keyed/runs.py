@@ -67,6 +67,7 @@ class Start(NamedTuple):
     row: StoredKey | None
     trigger: Trigger | None  # (the key's trigger, if this fire is its)
     runs: int  # (the key's count of runs once it is taken: one more, but for a rerun)
+    kept: bool  # (a trigger's that keeps the key's plan, or a retry: its end plans nothing)
 
 
 class Runs:
@@ -238,7 +239,7 @@ class Runs:
             retrying = rec.retrying = Retrying(self, rec)
         elif retrying.fire_of is not None and retrying.fire_of != fire and retrying.id is not None:
             self._give_up(retrying)
-        retrying.fire_of, retrying.ended, retrying.error, retrying.hand = fire, wall_now, error, 0
+        retrying.fire_of, retrying.ended, retrying.error, retrying.handed = fire, wall_now, error, False
         retrying.held = False
         retrying.attempt = 1 if ctx.fence is None else ctx.fence.attempt
         took = rec.took
@@ -279,9 +280,7 @@ class Runs:
         else:
             rec.hand += 1
             rec.handed = fire
-            retrying.hand = rec.hand
-            t.counts["retried"] += 1
-            t.noted(rec, scheduled_for, "retried", retrying.attempt + 1, wall_now, error=retrying.error)
+            retrying.handed = True
             if t.late_grace is not None:
                 self._watch(rec, scheduled_for, True, due=retrying.wall)
             assert t.engine is not None
@@ -309,19 +308,20 @@ class Runs:
         )
         self.journal.finish(None, ended)
 
-    def _gives_way(self, rec: Key, generation: int, scheduled_for: float, hand: int) -> bool:
-        """Whether the hand-over `hand` is a retry of a fire older than one of its key that began since."""
+    def _gives_way(self, rec: Key, generation: int, scheduled_for: float) -> bool:
+        """Whether a rerun of the fire is a retry of a fire older than one of its key that began since."""
         latest = rec.last_scheduled_for
         if latest is None or latest <= scheduled_for:
             return False
-        return self._retry_of(rec, generation, scheduled_for, hand) is not None
+        return self._retry_of(rec, generation, scheduled_for) is not None
 
-    def _retry_of(self, rec: Key, generation: int, scheduled_for: float, hand: int) -> Retrying | None:
-        """The key's Retrying if the hand-over `hand` is its retry of the fire."""
+    def _retry_of(self, rec: Key, generation: int, scheduled_for: float) -> Retrying | None:
+        """The key's Retrying if a rerun of the fire is its retry: handed over (or put back first in line
+        since, its start failed), neither waiting for its time nor held by a pause."""
         retrying = rec.retrying
-        if retrying is None or retrying.hand != hand or retrying.fire_of != (generation, scheduled_for):
+        if retrying is None or retrying.fire_of != (generation, scheduled_for):
             return None
-        return retrying
+        return None if retrying.id is not None or retrying.held else retrying
 
     # -- the run, as the scheduler's job --------------------------------------------------------------
 
@@ -492,12 +492,12 @@ class Runs:
         if start is None:
             if rec.handed == (generation, scheduled_for) and rec.hand == hand:
                 rec.handed = None  # (not begun: the fire may be handed over again)
-            retrying = self._retry_of(rec, generation, scheduled_for, hand) if rerun else None
+            retrying = self._retry_of(rec, generation, scheduled_for) if rerun else None
             queue = rec.catch_up
             if retrying is None or (queue and queue[0] == (scheduled_for, True)):
                 pass  # (not a retry, or one put back first in line: it runs from there)
             elif rec.paused and self.table.keys.get(rec.key) is rec and rec.generation == generation:
-                retrying.held, retrying.hand = True, 0  # (paused since it was handed over: held)
+                retrying.held, retrying.handed = True, False  # (paused since it was handed over: held)
             else:
                 self._give_up(retrying)  # (a retry not begun: it gave way)
         return start
@@ -516,7 +516,7 @@ class Runs:
             return None
         if self._spent(rec, generation, scheduled_for, rerun):
             return None
-        if rerun and self._gives_way(rec, generation, scheduled_for, hand):
+        if rerun and self._gives_way(rec, generation, scheduled_for):
             return None  # (a retry of a fire older than one that began since)
         if rec.running and self._overlapping(rec, generation, scheduled_for, rerun):
             return None  # (a run of its key goes: it waits for the run, or it was skipped)
@@ -527,6 +527,7 @@ class Runs:
             return None
         self._backoff = 0.0
         trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
+        retry = self._retry_of(rec, generation, scheduled_for) if rerun else None
         if wall_now < scheduled_for and trigger is None:  # the wall clock stepped back since the fire came
             keep_first(rec, scheduled_for, rerun)  # due: never before its time (as its timer): armed at it
             self.table.apply(rec, rec.state, scheduled_for, rec.last_error)  # again (a trigger runs now)
@@ -543,6 +544,8 @@ class Runs:
             if spent(rec, runs):
                 state, at = KeyState.DISABLED, None
             last_error, error = rec.last_error, None
+        elif retry is not None:  # (a retry: an attempt of the fire that failed, whose plan stands)
+            state, at, last_error, error = rec.state, rec.next_run_at, rec.last_error, None
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = advancing(
@@ -565,15 +568,17 @@ class Runs:
                 triggered=None if trigger is not None else OWN,  # (its take clears it)
                 runs=runs,
             )
+        waiting = rec.retrying
+        if waiting is not None and waiting.fire_of not in (None, (generation, scheduled_for)):
+            self._give_up(waiting)  # (another fire of the key begins: the retry gives way to it)
         rec.running += 1
         retake = rec.retake
         if retake is not None and retake[0] == generation and retake[1] == scheduled_for:
             started_at = retake[2]
         else:
             started_at = micro(wall_now)
-            retrying = self._retry_of(rec, generation, scheduled_for, hand) if rerun else None
-            if retrying is not None and started_at <= retrying.took:  # (a wall clock that stepped back)
-                started_at = retrying.took + 1  # (a take of its own: never the failed one's again)
+            if retry is not None and started_at <= retry.took:  # (a wall clock that stepped back)
+                started_at = retry.took + 1  # (a take of its own: never the failed one's again)
         return Start(
             rec,
             generation,
@@ -590,6 +595,7 @@ class Runs:
             row,
             trigger,
             runs,
+            retry is not None or (trigger is not None and trigger.kept is not None),
         )
 
     def _spent(self, rec: Key, generation: int, scheduled_for: float, rerun: bool) -> bool:
@@ -816,12 +822,16 @@ class Runs:
             rec.runs = max(rec.runs, start.runs)  # (counted: its take wrote the count, or made it)
             if start.trigger is not None and rec.triggered is start.trigger:
                 rec.triggered = None  # (run: its take cleared it in the store)
-        if start.trigger is not None and start.trigger.kept is not None:
+        if start.kept:
             self._kept.add(ctx)  # (its end plans nothing: the key goes on with the plan it had)
-        if start.rerun and not self.table.durable:  # (a memory store counts no attempts: a retry's are here)
-            retrying = rec.retrying
-            if retrying is not None and retrying.fire_of == (generation, scheduled_for):
+        retrying = rec.retrying
+        if start.rerun and retrying is not None and retrying.fire_of == (generation, scheduled_for):
+            if not self.table.durable:  # (a memory store counts no attempts: a retry's are here)
                 taken = retrying.attempt + 1
+            if retrying.handed:  # (a retry, begun)
+                retrying.handed = False
+                self.table.counts["retried"] += 1
+                self.table.noted(rec, scheduled_for, "retried", taken, start.wall_now, error=retrying.error)
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -1011,6 +1021,11 @@ class Runs:
                 return
             if self.table.closed or rec.generation != generation or self.table.keys.get(rec.key) is not rec:
                 return
+            retrying = self._retry_of(rec, generation, scheduled_for) if rerun else None
+            if retrying is not None:  # (a retry dropped: the fire ends failed, and the key goes on)
+                self.table.noted(rec, scheduled_for, "dropped", error="its retry was dropped (backpressure)")
+                self._give_up(retrying)
+                return
             if rec.paused:  # (its fire stays the key's plan: resume decides it)
                 return
             if rec.id is not None:
@@ -1061,12 +1076,16 @@ class Runs:
         )
         keep_first(rec, scheduled_for, rerun)
         engine = self.table.engine
-        if engine is not None and rec.id is None:
+        if engine is not None and not rec.paused:
             try:
                 now = engine.now()
             except Exception:
                 now = rec.due  # (the monotonic clock too: the driver backs off, and sees to it)
-            engine.add_timer(rec, now + self._backoff)
+            # (a key armed at a later fire, a retry's: the fire put first in line comes first)
+            if rec.id is None:
+                engine.add_timer(rec, now + self._backoff)
+            elif rec.due > now + self._backoff:  # (moved by the latest wall reading: it is a wall timer)
+                engine.move_wall_timer(rec, engine.last_wall + self._backoff)
 
     def _wall_or(self, fallback: float) -> float:
         """The wall clock, or (it failed: logged and counted) the latest reading the engine has, but not
@@ -1117,8 +1136,13 @@ class Runs:
         )
         keep_first(rec, scheduled_for, rerun)
         rec.last_error = message
-        if self.table.engine is not None and rec.id is None and not rec.paused:
-            self.table.engine.add_wall_timer(rec, wall_now + delay)
+        engine = self.table.engine
+        if engine is not None and not rec.paused:
+            # (a key armed at a later fire, a retry's: the fire put first in line comes first)
+            if rec.id is None:
+                engine.add_wall_timer(rec, wall_now + delay)
+            elif rec.wall > wall_now + delay:
+                engine.move_wall_timer(rec, wall_now + delay)
 
 
 _running = threading.local()  # how deep this thread is in a KeyedScheduler run (close() from a run)

@@ -365,6 +365,9 @@ class KeyTable:
         self.noted(rec, held, "paused")
         self.untrigger(rec)  # (a pause drops a trigger not run yet)
         rec.voided = rec.hand  # (the jobs handed over so far do not start their fires: see Key.hand)
+        retrying = rec.retrying
+        if retrying is not None and retrying.fire_of is not None and retrying.handed:
+            retrying.held, retrying.handed = True, False  # (a retry handed over, voided: held till resume)
         rec.handed = None
         rec.resumed = False  # (a resume waiting for a take to be done: this pause is what counts now)
         self.disarm(rec)

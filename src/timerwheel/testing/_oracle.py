@@ -550,6 +550,50 @@ class Oracle:
         self._loads.append((self.cluster.now, {k: info.data for k, info in snapshot.items()}))
         self._loaded_paused.append({k for k, info in snapshot.items() if info.state is KeyState.PAUSED})
 
+    # -- histories ------------------------------------------------------------------------------------------
+
+    def check_history(self) -> None:
+        """After a quiet spell: every run a key's history says ended (ran, failed) is a run the oracle
+        saw end, of that fire at that attempt, failed if and only if it raised; a retry's entry is of a
+        fire that failed before, at its next attempt. (A shared store's database; a local store's, as a
+        live process reads it.)"""
+        runs: dict[tuple[Hashable, int, int], list[SimRun]] = {}
+        for run in self.runs:
+            runs.setdefault((run.key, run.scheduled_for, run.attempt), []).append(run)
+        histories: dict[Hashable, list[Any]] = {}
+        if self.cluster.db is not None:
+            histories = {k: list(v) for k, v in self.cluster.db.history.items()}
+        else:
+            for p in self.cluster.live():
+                for key in {run.key for run in self.runs}:
+                    try:
+                        histories[key] = p.keyed._table.store.history(key)
+                    except Exception:  # (a disk cut: nothing to check there)
+                        continue
+        for key, entries in histories.items():
+            for entry in entries:
+                self.checks += 1
+                if entry.outcome in ("ran", "failed"):
+                    seen = [
+                        r
+                        for r in runs.get((key, entry.scheduled_for, entry.attempt), ())
+                        if r.ended is not None and r.error == (entry.outcome == "failed")
+                    ]
+                    if not seen:
+                        self.violate(
+                            "history-true",
+                            f"key {key!r}'s history says its fire of {entry.scheduled_for} "
+                            f"{entry.outcome} at attempt {entry.attempt}: no such run ended",
+                        )
+                elif entry.outcome == "retried":
+                    before = runs.get((key, entry.scheduled_for, entry.attempt - 1), ())
+                    if not any(r.error for r in before):
+                        self.violate(
+                            "history-true",
+                            f"key {key!r}'s history says its fire of {entry.scheduled_for} was retried "
+                            f"(attempt {entry.attempt}), and no run of attempt {entry.attempt - 1} failed",
+                        )
+
     # -- no lost fire ---------------------------------------------------------------------------------------
 
     def check_no_lost_fire(self) -> None:

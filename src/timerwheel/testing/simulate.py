@@ -593,6 +593,7 @@ class SimulatedCluster:
         self._oracle.note(f"quiet {span:.3f}")
         self.run_for(span)
         self._oracle.check_progress()
+        self._oracle.check_history()
         if self._points:
             self._oracle.check_no_lost_fire()
 
