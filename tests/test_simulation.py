@@ -264,7 +264,7 @@ def test_a_fire_retried_more_than_its_attempts_or_after_a_newer_fire_is_caught(
         rec, fire = retrying.rec, retrying.fire_of
         if fire is not None and not self.table.closed:
             rec.hand += 1
-            rec.handed, retrying.hand = fire, rec.hand
+            rec.handed, retrying.handed = fire, True
             args = (rec, *fire, True, rec.hand)
             self.table.engine.schedule_at(retrying.due, self.job, args=args, options=self.options)
 
@@ -272,6 +272,7 @@ def test_a_fire_retried_more_than_its_attempts_or_after_a_newer_fire_is_caught(
         m.setattr(_runs.Runs, "_retry_at", lambda self, rec, ctx, at, wall_now, outcome: wall_now + 1.5)
         m.setattr(_runs.Runs, "retry_due", eager)
         m.setattr(_runs.Runs, "_gives_way", lambda self, rec, generation, at: False)
+        m.setattr(_runs.Runs, "_give_up", lambda self, retrying: None)
         with cluster_of(Retry(2, backoff=1.5), every_other_fails) as cluster:
             cluster.upsert("a", {})
             cluster.run_for(4.0)

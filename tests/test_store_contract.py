@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from timerwheel import MemoryStore, SQLiteStore, StoreError
-from timerwheel._stores import TAKE_PAUSED, FinishedFire, StoredFire, StoredKey
+from timerwheel._stores import TAKE_PAUSED, FinishedFire, StoredEntry, StoredFire, StoredKey
 
 US = 1_000_000
 T = 1_800_000_000 * US  # a time in the fires' unit (microseconds since the epoch)
@@ -380,6 +380,29 @@ def test_a_keys_count_of_runs_is_counted_by_takes_kept_by_changes_and_forgotten_
     assert getattr(g4, "runs", 0) == 0
     store = backend.crash_and_reopen(store)
     assert backend.keys(store)["a"].runs == 0
+
+
+def test_a_keys_history_keeps_its_newest_entries_and_goes_with_the_key(backend: Backend) -> None:
+    """add_history keeps each key's `keep` newest entries; history() gives them newest first (what was
+    added before it, written); a durable store keeps them across a crash; delete() and a replace that
+    removes the key forget them."""
+    store = backend.open()
+    for key in ("a", "b", "c"):
+        store.put(row(key))
+    store.add_history([StoredEntry("a", T + i * US, T, "ran", 1, 5 * US, None) for i in range(5)], 3)
+    others = [StoredEntry("b", T, None, "paused", 0), StoredEntry("c", T, T, "failed", 2, 0, "E: x")]
+    store.add_history(others, 3)
+    assert [e.at for e in store.history("a")] == [T + 4 * US, T + 3 * US, T + 2 * US]
+    assert store.history("a")[0] == StoredEntry("a", T + 4 * US, T, "ran", 1, 5 * US, None)
+    assert store.history("c") == [StoredEntry("c", T, T, "failed", 2, 0, "E: x")]
+    if backend.durable:
+        store = backend.crash_and_reopen(store)
+        assert [e.at for e in store.history("a")] == [T + 4 * US, T + 3 * US, T + 2 * US]
+    store.delete("a")
+    assert store.history("a") == [] and store.history("never") == []
+    if backend.durable:
+        store.replace([row("b", 5)], ["c"])
+        assert store.history("c") == [] and [e.outcome for e in store.history("b")] == ["paused"]
 
 
 def test_a_generation_never_goes_back(backend: Backend) -> None:
