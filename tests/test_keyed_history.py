@@ -61,25 +61,27 @@ def outcomes(entries: list[HistoryEntry]) -> list[tuple[float | None, str, int]]
     ]
 
 
-def test_runs_are_kept_newest_first_with_their_attempt_duration_and_error(
-    store: Any, clock: ManualClock
-) -> None:
-    life = Life(store, clock)
-    life.keyed.upsert("k", {"d": 2})
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_runs_are_kept_newest_first_with_their_attempt_duration_and_error(kind: str, tmp_path: Path) -> None:
+    """The run of 10 takes 2 s and returns; the run of 20 takes 1 s and raises."""
+    made = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "keys.db")
+    life = ALife(made, {(10.0, 1): (2.0, False), (20.0, 1): (1.0, True)})
+    life.keyed.upsert("k")
     life.keyed.start()
-    life.advance(10)
-    life.keyed.upsert("k", {"d": 1, "x": True})
-    life.advance(10)
-    entries = life.keyed.history("k")
-    assert outcomes(entries) == [(20.0, "failed", 1), (10.0, "ran", 1)]
-    failed, ran = entries
-    assert failed.at == at(21) and failed.duration == 1.0 and failed.error == "RuntimeError: it fails"
-    assert ran.at == at(12) and ran.duration == 2.0 and ran.error is None
-    assert life.keyed.last_run("k") == failed
-    info = life.keyed.get("k")
-    assert info is not None and info.last_run == failed
-    assert life.keyed.history("never") == [] and life.keyed.last_run("never") is None
-    life.keyed.close()
+    life.advance(25)
+    try:
+        entries = life.keyed.history("k")
+        assert outcomes(entries) == [(20.0, "failed", 1), (10.0, "ran", 1)]
+        failed, ran = entries
+        assert failed.at == at(21) and failed.duration == 1.0
+        assert failed.error == "RuntimeError: fire 20.0 attempt 1 fails"
+        assert ran.at == at(12) and ran.duration == 2.0 and ran.error is None
+        assert life.keyed.last_run("k") == failed
+        info = life.keyed.get("k")
+        assert info is not None and info.last_run == failed
+        assert life.keyed.history("never") == [] and life.keyed.last_run("never") is None
+    finally:
+        life.close()
 
 
 def test_a_store_keeps_the_newest_history_entries_of_each_key(store: Any, clock: ManualClock) -> None:

@@ -241,10 +241,12 @@ class Journal:
         at: float,
         duration: float | None = None,
         error: str | None = None,
+        flush: bool = False,
     ) -> None:
         """Add an entry to the key's history (see HistoryEntry), unless the KeyedScheduler keeps none
-        (history=0): at once with a local store (SQLite writes it with its next transaction), by the
-        writer with a shared one. A store that fails is logged: a history is not worth a lost fire."""
+        (history=0): at once with a local store (SQLite writes it with its next transaction, or now if
+        `flush`), by the writer with a shared one. A store that fails is logged: a history is not worth a
+        lost fire."""
         keep = self.table.history_keep
         if not keep or self._add_history is None:
             return
@@ -253,13 +255,16 @@ class Journal:
         if self.shared:
             self.writer().submit_batched(self._record_history, entry, key)
         else:
-            self._record_history([entry])
+            self._record_history([entry], flush)
 
-    def _record_history(self, entries: list[StoredEntry]) -> list[None]:
+    def _record_history(self, entries: list[StoredEntry], flush: bool = False) -> list[None]:
         add = self._add_history
         assert add is not None
         try:
             add(entries, self.table.history_keep)
+            write = getattr(self.store, "flush_history", None) if flush else None
+            if write is not None:
+                write()
         except Exception as exc:
             log_safely(
                 logger,

@@ -411,10 +411,11 @@ class Key(WallTimer):
         self.retrying: Retrying | None = None  # (its failed fire's retry, with retry=: see Retrying)
         # (generation, scheduled_for, started_at) of its latest take: a retry of that fire is a take of
         # its own, with a later started_at (a store takes a rerun with the same one as the same take)
-        self.took: tuple[int, float, int] | None = None
+        # (and the monotonic time it was taken: a run's duration)
+        self.took: tuple[int, float, int, float] | None = None
         # (its latest run's end, KeyInfo.last_run: (scheduled_for, at, outcome, attempt, duration, error),
-        # made a HistoryEntry when it is asked for)
-        self.last_run: tuple[float, float, str, int, float | None, str | None] | None = None
+        # times in microseconds, made a HistoryEntry when it is asked for)
+        self.last_run: tuple[int, int, str, int, float | None, str | None] | None = None
 
     def row(
         self,
@@ -760,12 +761,11 @@ def seconds_of(us: int | None) -> float | None:
     return None if us is None else us / 1_000_000
 
 
-def last_run_of(ran: tuple[float, float, str, int, float | None, str | None]) -> HistoryEntry:
+def last_run_of(ran: tuple[int, int, str, int, float | None, str | None]) -> HistoryEntry:
     """A key's latest run's end (Key.last_run) as a HistoryEntry."""
     scheduled_for, at, outcome, attempt, duration, error = ran
-    return HistoryEntry(
-        from_posix(scheduled_for, UTC), from_posix(at, UTC), outcome, attempt, duration, error
-    )
+    when = from_posix(scheduled_for / 1_000_000, UTC)
+    return HistoryEntry(when, from_posix(at / 1_000_000, UTC), outcome, attempt, duration, error)
 
 
 def entry_of(stored: StoredEntry) -> HistoryEntry:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import logging
+import math
 import threading
 from collections.abc import Callable
 from datetime import UTC
@@ -198,7 +199,14 @@ class Runs:
         late.told = True
         t.counts["late"] += 1
         late_by = max(0.0, wall_now - scheduled_for)
-        t.noted(rec, scheduled_for, "late", at=wall_now, error=f"not begun {late_by:.3f} s after it was due")
+        t.noted(
+            rec,
+            scheduled_for,
+            "late",
+            at=wall_now,
+            error=f"not begun {late_by:.3f} s after it was due",
+            flush=True,
+        )
         t.call(t.on_late, rec.key, from_posix(scheduled_for, UTC), max(0.0, wall_now - scheduled_for))
 
     # -- retries (retry=) ------------------------------------------------------------------------------
@@ -762,7 +770,9 @@ class Runs:
             rec.handed = None  # (its take is done: what follows plans the key)
         lapsed = self.table.lease is not None and self.table.monotonic() >= asked + self.table.lease
         if lapsed and isinstance(taken, int) and taken:
-            self.table.noted(rec, scheduled_for, "lease_lost", taken, error="the lease may have lapsed")
+            self.table.noted(
+                rec, scheduled_for, "lease_lost", taken, error="the lease may have lapsed", flush=True
+            )
             taken = LeaseLapsed(
                 f"the lease on key {rec.key!r} may have lapsed between its take and its run (a pause of "
                 f"the process longer than the lease, {self.table.lease} s): taken again before it runs"
@@ -813,7 +823,7 @@ class Runs:
             if self.table.closed:
                 self.journal.release_store()
             return STALE
-        rec.took = (generation, scheduled_for, start.started_at)
+        rec.took = (generation, scheduled_for, start.started_at, self._now())
         if rec.generation == generation and self.table.keys.get(rec.key) is rec:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
@@ -831,7 +841,9 @@ class Runs:
             if retrying.handed:  # (a retry, begun)
                 retrying.handed = False
                 self.table.counts["retried"] += 1
-                self.table.noted(rec, scheduled_for, "retried", taken, start.wall_now, error=retrying.error)
+                self.table.noted(
+                    rec, scheduled_for, "retried", taken, start.wall_now, error=retrying.error, flush=True
+                )
         ctx.scheduled_for = scheduled_for  # a key's run: the wall-clock time of its fire
         ctx.fence = Fence(generation, micro(scheduled_for), taken)
         if rec.contexts is None:
@@ -979,18 +991,30 @@ class Runs:
     ) -> None:
         """Under the lock: a run ended (KeyInfo.last_run, and the key's history: ran, failed), or a fire
         taken did not start (superseded)."""
+        if self.table.keys.get(rec.key) is not rec:
+            return  # (removed meanwhile: its history went with it)
         if not started:
             self.table.noted(rec, scheduled_for, "superseded", 0, wall_now, error="upserted before it began")
             return
         took = rec.took
         duration = None
-        if took is not None and took[:2] == (generation, scheduled_for):
-            duration = max(0.0, wall_now - took[2] / 1_000_000)
+        now = self._now()
+        if took is not None and took[:2] == (generation, scheduled_for) and now == now and took[3] == took[3]:
+            duration = micro(max(0.0, now - took[3])) / 1_000_000  # (by the scheduler's monotonic clock)
         attempt = 1 if ctx.fence is None else ctx.fence.attempt
         message = None if error is None else describe(error)
         outcome = "ran" if error is None else "failed"
-        rec.last_run = (scheduled_for, wall_now, outcome, attempt, duration, message)
+        # (as the store keeps it, in whole microseconds: KeyInfo.last_run is the entry last_run() reads)
+        rec.last_run = (micro(scheduled_for), micro(wall_now), outcome, attempt, duration, message)
         self.table.noted(rec, scheduled_for, outcome, attempt, wall_now, duration, message)
+
+    def _now(self) -> float:
+        """The scheduler's monotonic clock, or NaN if it fails (a run's duration is then not known)."""
+        engine = self.table.engine
+        try:
+            return engine.now() if engine is not None else math.nan
+        except Exception:
+            return math.nan
 
     def _finished(
         self,

@@ -362,7 +362,7 @@ class KeyTable:
         old = rec.state
         rec.paused = True
         held = rec.catch_up[0][0] if rec.catch_up else rec.next_run_at
-        self.noted(rec, held, "paused")
+        self.noted(rec, held, "paused", flush=True)
         self.untrigger(rec)  # (a pause drops a trigger not run yet)
         rec.voided = rec.hand  # (the jobs handed over so far do not start their fires: see Key.hand)
         retrying = rec.retrying
@@ -602,9 +602,11 @@ class KeyTable:
         at: float | None = None,
         duration: float | None = None,
         error: str | None = None,
+        flush: bool = False,
     ) -> None:
         """Add an entry to the key's history (see HistoryEntry), decided at `at` (None: now, by the wall
-        clock; one that fails: the engine's latest reading)."""
+        clock; one that fails: the engine's latest reading). `flush`: a decision committed already (or
+        with nothing to commit): the entry is committed now, not with the next write."""
         if not self.history_keep:
             return
         if at is None:
@@ -612,11 +614,11 @@ class KeyTable:
                 at = self.wall_now()
             except Exception:
                 at = self.engine.last_wall if self.engine is not None else scheduled_for or 0.0
-        self.note(rec.key, scheduled_for, outcome, attempt, at, duration, error)
+        self.note(rec.key, scheduled_for, outcome, attempt, at, duration, error, flush)
 
     def report_missed(self, rec: Key, skipped: list[float], beyond: bool, why: str) -> None:
         for point in skipped[-self.history_keep :] if self.history_keep else ():
-            self.noted(rec, point, "missed", error=f"missed while {why}")
+            self.noted(rec, point, "missed", error=f"missed while {why}", flush=point == skipped[-1])
         count = len(skipped)
         logger.debug(
             "timerwheel: key %r missed %s%d fire(s) while %s, from %s to %s: not run",

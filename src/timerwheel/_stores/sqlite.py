@@ -487,9 +487,9 @@ class SQLiteStore:
             try:
                 db.execute("SAVEPOINT timerwheel_nested" if nested else "BEGIN IMMEDIATE")
                 try:
-                    result = work(db)
-                    if entries:
+                    if entries:  # (first: a delete in `work` takes a removed key's with it)
                         _write_history(db, entries, keep)
+                    result = work(db)
                 except BaseException:
                     self._depth -= 1
                     counted = False
@@ -519,6 +519,12 @@ class SQLiteStore:
         with self._lock:
             self._entries.extend(values)
             self._keep = keep
+
+    def flush_history(self) -> None:
+        """Write the history entries add_history gave that are not written yet (one transaction)."""
+        with self._lock:
+            if self._entries:
+                self._transaction(lambda db: None)
 
     def history(self, key: Hashable) -> list[StoredEntry]:
         """The key's history, newest first (what add_history gave not written yet is written first).

@@ -426,10 +426,14 @@ class PostgresStore:
         def work(conn: Any) -> None:
             with conn.transaction():
                 conn.execute(
+                    # (of the keys there: an entry queued before its key's delete is not written after it;
+                    # the key's row locked against a delete meanwhile, as a delete locks it)
                     "INSERT INTO timerwheel_history (key, at, scheduled_for, outcome, attempt, duration, "
-                    "error) SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], "
-                    "%s::integer[], %s::bigint[], %s::text[])",
-                    columns,
+                    "error) SELECT u.* FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], "
+                    "%s::integer[], %s::bigint[], %s::text[]) AS u(key, at, scheduled_for, outcome, "
+                    "attempt, duration, error) WHERE u.key IN (SELECT key FROM timerwheel_keys "
+                    "WHERE key = ANY(%s::text[]) ORDER BY key FOR SHARE)",
+                    [*columns, keys],
                 )
                 conn.execute(
                     "DELETE FROM timerwheel_history AS h WHERE h.key = ANY(%s::text[]) AND h.id <= (SELECT "
