@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from .._clock import utc_not_after
 from .._drivers import DriverBase, engine_of, lifecycle_of, lock_of
 from .._engine import Scheduler
-from .._stores import KeyStore, MemoryStore, encode_key
+from .._stores import KeyStore, MemoryStore, StoredEntry, encode_key
 from .._types import ClosedError, Lifecycle
 from .._validate import boolean, callable_or_none, count, function, member, seconds
 from .journal import Journal, in_use
@@ -49,9 +49,11 @@ from .keys import (
     check_key,
     checked_key,
     entry_of,
+    from_posix,
     last_run_of,
     micro,
     options,
+    value_of,
 )
 from .recovery import apply_all, decide_all, load, set_paused, trigger
 from .runs import Runs, in_a_run
@@ -856,6 +858,69 @@ class KeyedScheduler:
             rec = self._keys.get(key)
             return None if rec is None or rec.last_run is None else last_run_of(rec.last_run)
 
+    def preview(
+        self,
+        key: Hashable,
+        start: datetime,
+        end: datetime,
+        *,
+        duration: float = 0.0,
+        outage: float = 0.0,
+        limit: int = 1000,
+    ) -> list[HistoryEntry]:
+        """What the key would do from `start` to `end`, oldest first, as its history would tell it
+        (HistoryEntry: ran, skipped, missed, with the times they would run at): this KeyedScheduler's
+        rules (next_run, reschedule, overlap, catch_up, max_catch_up, misfire_grace, jitter, spread) and
+        the key's own (its data, overlap, jitter, spread, window, max_runs and runs so far), run by the
+        real KeyedScheduler on virtual time, in memory; the key and its store are not touched. Each run
+        takes `duration` seconds and returns (none fails: no retry); one that begins by `end` is in the
+        list, ended. `outage` seconds from `start`, nobody
+        holds the key (a process down, the key paused): then the catch-up rules decide what runs of the
+        fires that fell due, as at a restart. At most `limit` entries. next_run is called on the virtual
+        times: it must not depend on the real clock.
+
+        Raises:
+            TypeError: the key is not hashable; start or end not a datetime; duration or outage not a
+                number; limit not an int. ValueError: a naive start or end, or an end not after the
+                start; a negative duration or outage; limit < 1. KeyError: the key is not here.
+        """
+        check_key(key)
+        opens, closes = _instant(start, "start"), _instant(end, "end")
+        if closes <= opens:
+            raise ValueError(f"end must be after start, got start={start!r}, end={end!r}")
+        duration = seconds(duration, "duration")
+        outage = seconds(outage, "outage")
+        for name, value in (("duration", duration), ("outage", outage)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        limit = count(limit, "limit", 1)
+        t = self._table
+        with self._lock:
+            rec = self._keys.get(key)
+            if rec is None:
+                raise KeyError(key)
+            data, own, runs = value_of(rec.data), rec.options, rec.runs
+
+        def work() -> list[HistoryEntry]:
+            return _previewed(t, key, data, own, runs, opens, closes, duration, outage, limit)
+
+        if _loop_running():  # (a loop runs on this thread: the preview's own runs on another)
+            done: list[list[HistoryEntry] | BaseException] = []
+
+            def thread() -> None:
+                try:
+                    done.append(work())
+                except BaseException as exc:
+                    done.append(exc)
+
+            worker = threading.Thread(target=thread, name="timerwheel-preview")
+            worker.start()
+            worker.join()
+            if isinstance(done[0], BaseException):
+                raise done[0]
+            return done[0]
+        return work()
+
     def snapshot(self) -> dict[Hashable, KeyInfo]:
         """Every key as it stands. O(keys); one lock held throughout (a consistent view)."""
         with self._lock:
@@ -909,6 +974,113 @@ def _options(
     if retry is not None and not isinstance(retry, Retry):
         raise TypeError(f"retry must be a Retry (or None), not {type(retry).__name__}")
     return options(overlap, jitter, spread, opens, closes, max_runs, retry)
+
+
+class _Recorder(MemoryStore):
+    """A preview's store: every history entry, in order, up to the limit (then the preview stops)."""
+
+    def __init__(self, key: Hashable, limit: int, stop: Callable[[], object]) -> None:
+        super().__init__()
+        self.key = key
+        self.limit = limit
+        self.stop = stop
+        self.entries: list[StoredEntry] = []
+
+    def add_history(self, entries: Sequence[StoredEntry], keep: int) -> None:
+        """Keep the key's entries; stop the preview at the limit."""
+        self.entries.extend(e for e in entries if e.key == self.key)
+        if len(self.entries) >= self.limit:
+            self.stop()
+
+
+def _previewed(
+    t: KeyTable,
+    key: Hashable,
+    data: Any,
+    own: Options | None,
+    runs: int,
+    opens: float,
+    closes: float,
+    duration: float,
+    outage: float,
+    limit: int,
+) -> list[HistoryEntry]:
+    """KeyedScheduler.preview's work: a KeyedScheduler of the same rules on an AsyncScheduler over a
+    VirtualTimeLoop whose wall clock starts at `opens`, the key upserted with its data and options (and
+    paused for the outage), run until `closes` (or the limit)."""
+    import asyncio
+
+    from .._drivers.asyncio import AsyncScheduler
+    from .._virtual import VirtualTimeLoop
+
+    loop = VirtualTimeLoop(0.0, wall=opens)
+    try:
+        sched = AsyncScheduler(loop=loop)
+        store = _Recorder(key, limit, loop.stop)
+
+        async def run(key: Hashable, data: Any) -> None:
+            if duration:
+                await asyncio.sleep(duration)
+
+        defaults, policy = t.defaults, t.policy
+        keyed = KeyedScheduler(
+            sched,
+            t.next_run,
+            run,
+            reschedule=policy.reschedule,
+            overlap=defaults.overlap,
+            jitter=defaults.jitter or None,
+            spread=defaults.spread or None,
+            catch_up=policy.catch_up,
+            max_catch_up=policy.max_catch_up,
+            misfire_grace=policy.grace,
+            store=store,
+            history=limit,
+        )
+        own = own or Options()
+        keyed.upsert(
+            key,
+            data,
+            overlap=own.overlap,
+            jitter=own.jitter,
+            spread=own.spread,
+            start=None if own.start is None else from_posix(own.start, UTC),
+            end=None if own.end is None else from_posix(own.end, UTC),
+            max_runs=own.max_runs,
+        )
+        keyed._keys[key].runs = runs
+        if outage:
+            keyed.pause(key)
+            store.entries.clear()  # (the pause is the preview's own: not an entry)
+            loop.call_at(min(outage, closes - opens), keyed.resume, key)
+        keyed.start()
+        loop.call_at(closes - opens + duration, loop.stop)  # (a run begun by the end, ended)
+        loop.run_forever()
+        loop.run_until_complete(keyed.aclose())
+        loop.run_until_complete(sched.close())
+    finally:
+        loop.close()
+    last = micro(closes)
+    entries = [entry_of(e) for e in store.entries if e.at - (e.duration or 0) <= last][:limit]
+    if outage:  # (the preview's pause: an outage)
+        entries = [
+            HistoryEntry(e.scheduled_for, e.at, e.outcome, e.attempt, e.duration, "missed during the outage")
+            if e.outcome == "missed"
+            else e
+            for e in entries
+        ]
+    return entries
+
+
+def _loop_running() -> bool:
+    """Whether an asyncio event loop runs on this thread."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _instant(value: Any, name: str) -> float:
