@@ -168,7 +168,9 @@ def decide(
     if limit is not None:  # (a key that may run only so many times more: the earliest of them run)
         run = run[: max(0, limit - rec.runs - sum(1 for _, rerun in queue if not rerun))]
     chosen = set(run)
-    plan.skipped = [m for m in missed if m not in chosen]
+    trigger = rec.triggered  # (a stored trigger at a point of the schedule runs for it: not missed)
+    spared = trigger.at if trigger is not None and trigger.generation == rec.generation else None
+    plan.skipped = [m for m in missed if m not in chosen and m != spared]
     queue += [(m, False) for m in run]
     plan.caught_up = len(chosen.difference(owed))  # (a fire it owed was counted when it was queued)
     if queue:

@@ -395,13 +395,18 @@ class KeyTable:
             rec.triggered = None
             return trigger.at
         handed = rec.handed
-        if handed is not None and handed[0] == rec.generation:  # (its fire, handed over, runs now: for it)
-            rec.triggered = None
-            return handed[1]
         due = rec.next_run_at
-        if not queue and due is not None and due <= trigger.at and rec.state is not KeyState.RUNNING:
-            rec.triggered = None  # (its next fire is due, about to run: for it)
-            return due
+        if handed is not None and handed[0] == rec.generation:  # (its fire, handed over, runs now: for it)
+            coalesced: float | None = handed[1]
+        elif not queue and due is not None and due <= trigger.at and rec.state is not KeyState.RUNNING:
+            coalesced = due  # (its next fire is due, about to run: for it)
+        else:
+            coalesced = None
+        if coalesced is not None:
+            if write is not None:  # (kept until that fire is taken: a crash before does not lose it)
+                write(Trigger(rec.generation, coalesced, trigger.restart, trigger.overlap))
+            rec.triggered = None
+            return coalesced
         own = not (trigger.restart or queue or (rec.state is KeyState.RUNNING and rec.next_run_at is None))
         # (the plan it found: none of its own behind a queue, whose head is the key's next run)
         before = None if queue else (rec.state, rec.next_run_at)

@@ -298,6 +298,10 @@ class Oracle:
             for c in self.changes
             if c["what"] == "trigger" and c["key"] == key and c.get("at") is not None
         }
+        for c in self.changes:  # (one that raised may have been committed before: its fire may run)
+            if c["what"] == "trigger" and c["key"] == key and c["error"] is not None and "wall" in c:
+                for at in (math.floor(c["wall"] * 1e6), round(c["wall"] * 1e6)):  # (the wall read, as a
+                    times.setdefault(at, c["data"][1])  # datetime: floored to the microsecond)
         if self.cluster.db is not None:  # (committed: known before the trigger returned)
             for _, what, k, overlap, first in self.cluster.db.commits:
                 if what == "trigger" and k == key:

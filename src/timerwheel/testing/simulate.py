@@ -440,6 +440,8 @@ class SimulatedCluster:
             change["error"] = "the process is dead"
             return
         keyed = p.keyed
+        if what == "trigger":  # (the time a trigger that raises may have stored all the same: now)
+            change["wall"] = p.keyed_wall()
 
         async def do() -> None:
             try:

@@ -427,12 +427,13 @@ class PostgresStore:
             with conn.transaction():
                 conn.execute(
                     # (of the keys there: an entry queued before its key's delete is not written after it;
-                    # the key's row locked against a delete meanwhile, as a delete locks it)
+                    # the key's row locked against a delete meanwhile, as a delete locks it; a row another
+                    # session holds locked is skipped, never waited for: the writer's other work goes on)
                     "INSERT INTO timerwheel_history (key, at, scheduled_for, outcome, attempt, duration, "
                     "error) SELECT u.* FROM unnest(%s::text[], %s::bigint[], %s::bigint[], %s::text[], "
                     "%s::integer[], %s::bigint[], %s::text[]) AS u(key, at, scheduled_for, outcome, "
                     "attempt, duration, error) WHERE u.key IN (SELECT key FROM timerwheel_keys "
-                    "WHERE key = ANY(%s::text[]) ORDER BY key FOR SHARE)",
+                    "WHERE key = ANY(%s::text[]) ORDER BY key FOR SHARE SKIP LOCKED)",
                     [*columns, keys],
                 )
                 conn.execute(
