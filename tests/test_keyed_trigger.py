@@ -345,3 +345,29 @@ def test_a_skipped_trigger_leaves_the_key_as_it_found_it() -> None:
     assert life.keyed.stats().skipped == 1
     assert life.keyed.get("k").next_run_at == datetime.fromtimestamp(T0 + 20, UTC)  # type: ignore[union-attr]
     life.close()
+
+
+def test_a_trigger_that_comes_as_the_keys_fire_is_due_is_kept_until_that_fire_is_taken(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """At 10 the key's fire is due and not taken yet: a trigger then runs for it (it returns 10). The
+    process dies before the take. The next life, with catch_up=SKIP, reports the fires it missed and
+    runs none of them; but the trigger returned, so the fire of 10 runs, for it (the trigger used to
+    be kept nowhere: lost with the process)."""
+    from .test_durable import crash, down
+
+    path = tmp_path / "keys.db"
+    first = Life(SQLiteStore(path), clock, catch_up=CatchUp.SKIP)
+    first.keyed.upsert("k")
+    first.keyed.start()
+    clock.advance(10)  # (due; nothing ran it yet)
+    when = first.keyed.trigger("k")
+    assert when is not None and when.timestamp() - T0 == 10.0
+    crash(first)
+    down(clock, 5)
+    again = Life(SQLiteStore(path), clock, catch_up=CatchUp.SKIP)
+    again.keyed.start()
+    again.advance(0)
+    assert [(key, fire) for key, fire, _ in again.ran] == [("k", 10.0)]
+    assert again.missed == []  # (the fire of 10 runs for the trigger: it is not missed)
+    again.keyed.close()

@@ -98,6 +98,9 @@ FOUND_ALL = [
     ("sqlite", 910054, "a key whose window ended after a point lost that point's delayed fire"),
     ("sqlite", 930093, "a pause wrote the key's row with no runs: the next life ran its max_runs again"),
     ("memory", 940015, "oracle: a point skipped during a run, then the wall clock stepped back behind it"),
+    ("sqlite", 975079, "a trigger that came as its key's fire was due was lost with the process"),
+    ("sqlite", 995072, "a stored trigger at a point of the schedule: reported missed, and run"),
+    ("sqlite", 990105, "oracle: a trigger that raised after its commit ran, as it may"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (
