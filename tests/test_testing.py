@@ -157,3 +157,24 @@ def test_virtual_time_loop_has_a_wall_clock() -> None:
         assert loop.wall() == 10.0
     finally:
         loop.close()
+
+
+def test_a_virtual_time_loop_runs_timers_past_2_to_the_24_seconds() -> None:
+    """Past 2**24 s of loop time, asyncio's "due before now + the clock's resolution" (1 ns) rounds back to
+    now: a timer due now never ran, and the loop spun for ever without moving time (so this runs in a
+    child process, killed after 30 s, rather than hang the suite)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio\n"
+        "from timerwheel.testing import VirtualTimeLoop\n"
+        "loop = VirtualTimeLoop(2.0 ** 25)\n"
+        "loop.run_until_complete(asyncio.sleep(1.0))\n"
+        "loop.run_until_complete(asyncio.sleep(3600.0))\n"
+        "print(loop.time() - 2.0 ** 25)\n"
+        "loop.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == 3601.0

@@ -87,4 +87,11 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         """The virtual time, in seconds: it moves only when the loop would otherwise sleep."""
-        return self._virtual.now
+        now = self._virtual.now
+        # (asyncio runs the timers due before time() + its clock resolution: past 2**24 s a nanosecond is
+        # less than half a unit of the time's last place, the sum rounds back to the time, and a timer
+        # due now would never run; the resolution is at least that unit)
+        ulp = math.ulp(now)
+        if ulp > self._clock_resolution:  # type: ignore[has-type]
+            self._clock_resolution = ulp
+        return now

@@ -411,8 +411,7 @@ class Key(WallTimer):
         self.retrying: Retrying | None = None  # (its failed fire's retry, with retry=: see Retrying)
         # (generation, scheduled_for, started_at) of its latest take: a retry of that fire is a take of
         # its own, with a later started_at (a store takes a rerun with the same one as the same take)
-        # (and the monotonic time it was taken: a run's duration)
-        self.took: tuple[int, float, int, float] | None = None
+        self.took: tuple[int, float, int] | None = None
         # (its latest run's end, KeyInfo.last_run: (scheduled_for, at, outcome, attempt, duration, error),
         # times in microseconds, made a HistoryEntry when it is asked for)
         self.last_run: tuple[int, int, str, int, float | None, str | None] | None = None

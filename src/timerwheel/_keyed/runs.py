@@ -93,6 +93,7 @@ class Runs:
         self._backoff = 0.0  # seconds: the retry of a fire whose start could not read the wall clock
         # The runs of triggers that keep their key's plan (Trigger.kept): their end plans nothing
         self._kept: set[JobContext] = set()
+        self._began: dict[JobContext, float] = {}  # the runs going: when each began (monotonic)
         coroutine = table.is_async and (
             inspect.iscoroutinefunction(run)
             or inspect.iscoroutinefunction(type(run).__call__)
@@ -823,7 +824,8 @@ class Runs:
             if self.table.closed:
                 self.journal.release_store()
             return STALE
-        rec.took = (generation, scheduled_for, start.started_at, self._now())
+        rec.took = (generation, scheduled_for, start.started_at)
+        self._began[ctx] = self._now()  # (a run's duration: see _ran)
         if rec.generation == generation and self.table.keys.get(rec.key) is rec:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
@@ -992,15 +994,16 @@ class Runs:
         """Under the lock: a run ended (KeyInfo.last_run, and the key's history: ran, failed), or a fire
         taken did not start (superseded)."""
         if self.table.keys.get(rec.key) is not rec:
+            self._began.pop(ctx, None)
             return  # (removed meanwhile: its history went with it)
         if not started:
             self.table.noted(rec, scheduled_for, "superseded", 0, wall_now, error="upserted before it began")
             return
-        took = rec.took
-        duration = None
+        began = self._began.pop(ctx, math.nan)
         now = self._now()
-        if took is not None and took[:2] == (generation, scheduled_for) and now == now and took[3] == took[3]:
-            duration = micro(max(0.0, now - took[3])) / 1_000_000  # (by the scheduler's monotonic clock)
+        duration = None
+        if now == now and began == began:  # (by the scheduler's monotonic clock; NaN: it failed)
+            duration = micro(max(0.0, now - began)) / 1_000_000
         attempt = 1 if ctx.fence is None else ctx.fence.attempt
         message = None if error is None else describe(error)
         outcome = "ran" if error is None else "failed"

@@ -876,13 +876,15 @@ class KeyedScheduler:
         takes `duration` seconds and returns (none fails: no retry); one that begins by `end` is in the
         list, ended. `outage` seconds from `start`, nobody
         holds the key (a process down, the key paused): then the catch-up rules decide what runs of the
-        fires that fell due, as at a restart. At most `limit` entries. next_run is called on the virtual
+        fires that fell due, as at a restart (an outage past `end`: nothing runs). A paused, DISABLED or
+        INVALID key runs nothing: []. At most `limit` entries. next_run is called on the virtual
         times: it must not depend on the real clock.
 
         Raises:
             TypeError: the key is not hashable; start or end not a datetime; duration or outage not a
                 number; limit not an int. ValueError: a naive start or end, or an end not after the
-                start; a negative duration or outage; limit < 1. KeyError: the key is not here.
+                start; a duration or outage not from 0 to 1e9 s, or runs that would end past what a
+                datetime shows; limit < 1. KeyError: the key is not here.
         """
         check_key(key)
         opens, closes = _instant(start, "start"), _instant(end, "end")
@@ -891,8 +893,12 @@ class KeyedScheduler:
         duration = seconds(duration, "duration")
         outage = seconds(outage, "outage")
         for name, value in (("duration", duration), ("outage", outage)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+            if not 0 <= value <= MAX_DELAY:
+                raise ValueError(f"{name} must be from 0 to {MAX_DELAY:.0f} seconds, got {value!r}")
+        if closes + duration + 1.0 > MAX_POSIX:
+            raise ValueError(
+                f"duration: runs of {duration!r} s from the end would end past what a UTC datetime can show"
+            )
         limit = count(limit, "limit", 1)
         t = self._table
         with self._lock:
@@ -900,6 +906,8 @@ class KeyedScheduler:
             if rec is None:
                 raise KeyError(key)
             data, own, runs = value_of(rec.data), rec.options, rec.runs
+            if rec.paused or rec.state in (KeyState.DISABLED, KeyState.INVALID):
+                return []  # (it runs nothing: paused until resumed, disabled or invalid until upserted)
 
         def work() -> list[HistoryEntry]:
             return _previewed(t, key, data, own, runs, opens, closes, duration, outage, limit)
@@ -987,10 +995,12 @@ class _Recorder(MemoryStore):
         self.entries: list[StoredEntry] = []
 
     def add_history(self, entries: Sequence[StoredEntry], keep: int) -> None:
-        """Keep the key's entries; stop the preview at the limit."""
+        """Keep the key's entries; stop the preview at the limit (once: runs that end as it closes add
+        theirs, unheard)."""
         self.entries.extend(e for e in entries if e.key == self.key)
         if len(self.entries) >= self.limit:
-            self.stop()
+            stop, self.stop = self.stop, _nothing
+            stop()
 
 
 def _previewed(
@@ -1052,9 +1062,11 @@ def _previewed(
         if outage:
             keyed.pause(key)
             store.entries.clear()  # (the pause is the preview's own: not an entry)
-            loop.call_at(min(outage, closes - opens), keyed.resume, key)
+            if outage <= closes - opens:  # (an outage past the end: nothing runs in the span)
+                loop.call_at(outage, keyed.resume, key)
         keyed.start()
-        loop.call_at(closes - opens + duration, loop.stop)  # (a run begun by the end, ended)
+        # (a run begun by the end, ended; and what the end's instant decided, begun: a moment after)
+        loop.call_at(closes - opens + duration + _MOMENT, loop.stop)
         loop.run_forever()
         loop.run_until_complete(keyed.aclose())
         loop.run_until_complete(sched.close())
@@ -1070,6 +1082,13 @@ def _previewed(
             for e in entries
         ]
     return entries
+
+
+_MOMENT = 0.001  # seconds a preview runs past its end (and its runs' duration): the end's own fires begin
+
+
+def _nothing() -> None:
+    """(Nothing to do.)"""
 
 
 def _loop_running() -> bool:
