@@ -10,29 +10,13 @@ import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-from timerwheel import Cron, HistoryEntry, KeyedScheduler, KeyState, Overlap, Reschedule, Scheduler
+from timerwheel import KeyState, Overlap, Reschedule
 from timerwheel.testing import ManualClock
 
-START = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday
+from .test_keyed_preview import START, hours, keyed_on, shown
+
 SRC = Path(__file__).resolve().parent.parent / "src"
-
-
-def hours(n: float) -> datetime:
-    return START + timedelta(hours=n)
-
-
-def keyed_on(clock: ManualClock, next_run: Any = None, **kwargs: Any) -> tuple[Scheduler, KeyedScheduler]:
-    sched = Scheduler(clock)
-    return sched, KeyedScheduler(sched, next_run or Cron("0 * * * *"), lambda key, data: None, **kwargs)
-
-
-def shown(entries: list[HistoryEntry]) -> list[tuple[str, str, str]]:
-    return [
-        (e.scheduled_for.strftime("%H:%M") if e.scheduled_for else "-", e.at.strftime("%H:%M"), e.outcome)
-        for e in entries
-    ]
 
 
 def test_a_preview_of_more_than_194_days_finishes() -> None:
