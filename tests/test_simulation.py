@@ -101,6 +101,8 @@ FOUND_ALL = [
     ("sqlite", 975079, "a trigger that came as its key's fire was due was lost with the process"),
     ("sqlite", 995072, "a stored trigger at a point of the schedule: reported missed, and run"),
     ("sqlite", 990105, "oracle: a trigger that raised after its commit ran, as it may"),
+    ("sqlite", 975064, "oracle: such a trigger, a microsecond after a fire the wall clock stepped back from"),
+    ("sqlite", 1010015, "oracle: such a trigger, due after the wall clock's now (stepped back), ran at once"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (

@@ -300,8 +300,17 @@ class Oracle:
         }
         for c in self.changes:  # (one that raised may have been committed before: its fire may run)
             if c["what"] == "trigger" and c["key"] == key and c["error"] is not None and "wall" in c:
-                for at in (math.floor(c["wall"] * 1e6), round(c["wall"] * 1e6)):  # (the wall read, as a
-                    times.setdefault(at, c["data"][1])  # datetime: floored to the microsecond)
+                # (at the wall read, as a datetime: floored to the microsecond; or, a wall clock that
+                # stepped back behind the key's latest started fire, a microsecond after that fire)
+                latest = max(
+                    (r.scheduled_for for r in self.runs if r.key == key and r.started <= c["asked"]),
+                    default=None,
+                )
+                candidates = [math.floor(c["wall"] * 1e6), round(c["wall"] * 1e6)]
+                if latest is not None:
+                    candidates.append(latest + 1)
+                for at in candidates:
+                    times.setdefault(at, c["data"][1])
         if self.cluster.db is not None:  # (committed: known before the trigger returned)
             for _, what, k, overlap, first in self.cluster.db.commits:
                 if what == "trigger" and k == key:
