@@ -314,6 +314,39 @@ def test_a_pause_the_file_cannot_write_changes_nothing(tmp_path: Path, clock: Ma
     life.keyed.close()
 
 
+def test_fires_held_by_a_pause_whose_resume_raised_after_its_commit_are_decided_by_the_next_life(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A resume whose write was made but answered an error (an I/O error after the commit): the key stays
+    paused in this life, resumed in the file. The fires the pause held back used to be decided by that
+    write (the file's plan moved past them, unreported), so the next life neither ran them nor reported
+    them missed. The file keeps the key as the pause left it, unpaused: the next life decides them."""
+    path = tmp_path / "keys.db"
+    store = SQLiteStore(path)
+    life = Life(store, clock)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.keyed.pause("k")
+    life.advance(35)  # the fires at 10, 20 and 30 are held back
+    real = store.save
+
+    def answer_lost(*args: Any) -> None:
+        real(*args)
+        raise StoreError(f"the {store.name} could not write keys: disk I/O error after commit")
+
+    store.save = answer_lost  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="after commit"):
+        life.keyed.resume("k")
+    assert life.keyed.get("k").state is KeyState.PAUSED  # type: ignore[union-attr]
+    life.keyed.close()
+    life = Life(SQLiteStore(path), clock)
+    assert life.keyed.get("k").state is KeyState.PENDING  # type: ignore[union-attr]  (the file's resume)
+    life.keyed.start()
+    life.advance(0)
+    assert life.ran == [("k", 35.0)] and life.missed == [("k", 2, 10.0, 20.0)]  # (ONCE: 30 runs now)
+    life.keyed.close()
+
+
 def test_pause_after_close_is_refused(clock: ManualClock) -> None:
     life = Life(MemoryStore(), clock)
     life.keyed.upsert("k")

@@ -358,7 +358,10 @@ def resume(
     misfire_grace; an interrupted fire found as it was loaded, recover). A key whose run goes on is
     planned when the run ends, as always. `write(rows, finished)` records what was decided (every
     resumed key's row, not paused), before anything is applied; if it raises, the keys stay paused and
-    nothing changed."""
+    nothing changed. The rows written are the keys as the pause left them, unpaused, not what was
+    decided: a write that raised but was made all the same (an I/O error after the commit), or a crash
+    before the keys' next takes, leaves the next life to decide the same from them, as a restart does
+    (what the pause held back is run or reported missed, never lost; a report may be made again)."""
     recs = [rec for rec in recs if rec.paused]
     for rec in recs:
         if rec.taking:  # (a take on its way: decided once it is done, from what it made of the key)
@@ -372,15 +375,9 @@ def resume(
     waiting = [rec for rec in recs if rec.running and rec.next_run_at is None and not rec.catch_up]
     idle = [rec for rec in recs if rec not in waiting]
     try:
-        plans, rows, finished = decide_all(table, idle, wall_now)
-        if write is not None:
-            written = {row.key for row in rows}
-            rows += [
-                rec.row(table.encode(rec.data), rec.generation, rec.state, rec.next_run_at, rec.last_error)
-                for rec in recs
-                if rec.key not in written and table.keys.get(rec.key) is rec
-            ]
-            write(rows, finished)
+        plans, _, finished = decide_all(table, idle, wall_now)
+        if write is not None:  # (the rows as the pause left them, unpaused: see above)
+            write([_row(table, rec, False) for rec in recs if table.keys.get(rec.key) is rec], finished)
     except BaseException:
         for rec in recs:
             rec.paused = True
