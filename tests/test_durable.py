@@ -1515,6 +1515,37 @@ def test_a_reruns_take_whose_commit_answered_an_error_keeps_its_attempt(
     assert SQLiteStore(path).load()[1] == []
 
 
+def test_a_rerun_whose_key_a_remove_that_raised_after_its_commit_deleted_still_runs(
+    path: Path, clock: ManualClock
+) -> None:
+    """remove() of a key whose interrupted fire waits for its rerun: the delete commits, then the store
+    raises (an I/O error on the way back). For the caller nothing changed, and the key goes on in memory;
+    its rerun used to find the fire gone from the log and was dropped, never run. It runs, an attempt
+    above the interrupted run, and the key goes on from it."""
+    fences: list[Any] = []
+    dies_during_its_first_run(path, clock, fences)
+    second = Life(path, clock, context=True, run=lambda ctx, key, data: fences.append(ctx.fence))
+    second.keyed.start()
+    store = second.keyed._table.store
+    real = store.delete
+
+    def answer_lost(key: Any) -> bool:
+        real(key)
+        raise StoreError(f"the {store.name} could not delete a key: disk I/O error after commit")
+
+    store.delete = answer_lost  # type: ignore[method-assign]
+    with pytest.raises(StoreError, match="after commit"):
+        second.keyed.remove("job")
+    del store.delete
+    second.advance(0)
+    at = round((T0 + 10) * 1_000_000)
+    assert fences == [(1, at, 1), (1, at, 2)]
+    second.advance(10)  # the key goes on, and the file has it again
+    assert len(fences) == 3 and fences[2].scheduled_for == round((T0 + 21) * 1_000_000)
+    second.keyed.close()
+    assert [row.key for row in SQLiteStore(path).load()[0]] == ["job"]
+
+
 def test_a_rerun_of_a_fire_older_than_the_latest_started_does_not_run_the_later_ones_again(
     path: Path, clock: ManualClock
 ) -> None:

@@ -689,6 +689,15 @@ class SQLiteStore:
                     "WHERE key = ? AND generation = ? AND scheduled_for = ? AND finished_at IS NULL",
                     (fire in self._taken, started_at, started_at, *fire),
                 ).rowcount
+                if not taken:
+                    # A fire the log lost (a remove or a replacement of its key that raised after its
+                    # commit, so that this life kept the key: for its caller, nothing changed): taken
+                    # anew, as a rerun. One it finished stays finished.
+                    taken = db.execute(
+                        "INSERT INTO timerwheel_fires (key, generation, scheduled_for, started_at, "
+                        "attempts) VALUES (?, ?, ?, ?, 2) ON CONFLICT DO NOTHING",
+                        (*fire, started_at),
+                    ).rowcount
             else:
                 # A fire new to the log, or an unfinished one: the same take again, after a commit whose
                 # answer was lost (an error raised after it). The file has one owner, and a fire it
