@@ -103,6 +103,11 @@ FOUND_ALL = [
     ("sqlite", 990105, "oracle: a trigger that raised after its commit ran, as it may"),
     ("sqlite", 975064, "oracle: such a trigger, a microsecond after a fire the wall clock stepped back from"),
     ("sqlite", 1010015, "oracle: such a trigger, due after the wall clock's now (stepped back), ran at once"),
+    ("sqlite", 900663, "oracle: a second trigger while one waits took the first's overlap from it"),
+    ("sqlite", 900968, "oracle: a fire told late while an older generation's run of the same time went"),
+    ("sqlite", 901897, "a resume that raised after its commit left the fires its pause held undecided"),
+    ("sqlite", 975068, "oracle: a step forward is noticed at the next wake: its fires are late till then"),
+    ("sqlite", 990008, "a rerun whose key a remove that raised after its commit deleted was dropped"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (
@@ -110,6 +115,9 @@ FOUND_ALL_4 = [  # (four processes)
         1030037,
         "a retry after the wall stepped back during the run: before its fire, its take the first's",
     ),
+    ("shared", 850543, "oracle: max_runs counted by a stepped wall clock a fire taken before a removal"),
+    ("shared", 850783, "the same, a step of 2 s"),
+    ("shared", 850976, "the same, a step of 30 s"),
 ]
 
 

@@ -38,6 +38,7 @@ class SimRun:
     ended: float | None = None
     error: bool = False
     ended_wall: float | None = None  # the process's wall clock as it ended (its key's clock)
+    taken: float | None = None  # a shared store's: simulated time of its take's commit (the database's)
 
 
 _SAME_DATA = ("pause", "resume", "trigger")  # (changes that keep a key's data and generation)
@@ -106,12 +107,15 @@ class Oracle:
             # (the wall clock the run started by: read as its fire was taken, and in the fire log; a shared
             # store's take is a round trip, over which the process may measure its clock again)
             wall = p.wall()
+            taken = None
             if self.cluster.db is not None:
                 fire = self.cluster.db.fires.get((key, fence.generation, fence.scheduled_for))
-                wall = wall if fire is None else fire["started_at"] / 1e6
+                if fire is not None:
+                    wall, taken = fire["started_at"] / 1e6, fire["taken"] - self.cluster.epoch
             run = SimRun(
                 p.name, key, fence.generation, fence.scheduled_for, fence.attempt, self.cluster.now, wall
             )
+            run.taken = taken
             self.started(p, run)
             if self._points and run.scheduled_for not in self._triggers(key):
                 self._on_a_point(run, data)
@@ -250,12 +254,10 @@ class Oracle:
         since = self._incarnation(run)
         if since is None:
             return
-        shared = self.cluster.db is not None  # (a shared store's run: when its fire was taken, by its wall)
-        epoch = self.cluster.epoch
-        fires = {
+        fires = {  # (a shared store's run: when the database took its fire; a process's wall may step)
             (r.generation, r.scheduled_for)
             for r in self.runs
-            if r.key == run.key and r is not run and (r.wall - epoch if shared else r.started) > since
+            if r.key == run.key and r is not run and (r.started if r.taken is None else r.taken) > since
         }
         if (run.generation, run.scheduled_for) not in fires and len(fires) >= limit:
             self.violate(
@@ -293,11 +295,10 @@ class Oracle:
     def _triggers(self, key: Hashable) -> dict[int, Overlap | None]:
         """The times (microseconds) of the key's triggers, its fires that are no point of its schedule,
         with the overlap each was given."""
-        times = {
-            round(c["at"] * 1e6): c["data"][1]
-            for c in self.changes
-            if c["what"] == "trigger" and c["key"] == key and c.get("at") is not None
-        }
+        times: dict[int, Overlap | None] = {}
+        for c in self.changes:  # (a trigger while one waits returns its time: the first's overlap holds)
+            if c["what"] == "trigger" and c["key"] == key and c.get("at") is not None:
+                times.setdefault(round(c["at"] * 1e6), c["data"][1])
         for c in self.changes:  # (one that raised may have been committed before: its fire may run)
             if c["what"] == "trigger" and c["key"] == key and c["error"] is not None and "wall" in c:
                 # (at the wall read, as a datetime: floored to the microsecond; or, a wall clock that
@@ -447,8 +448,16 @@ class Oracle:
             self.violate(
                 "late-told-late", f"{p.name} told key {key!r}'s fire of {at} late by {late_by} < {grace}"
             )
+        rec = p.keyed._table.keys.get(key)  # (the fire told is of the key's generation there: an older
+        generation = None if rec is None else rec.generation  # one's run of the same time may go)
         for run in self.runs:
-            if run.key == key and run.scheduled_for == at and run.process == p.name and run.ended is None:
+            if (
+                run.key == key
+                and run.scheduled_for == at
+                and run.process == p.name
+                and run.ended is None
+                and generation in (None, run.generation)
+            ):
                 self.violate(
                     "late-told-late",
                     f"{p.name} told key {key!r}'s fire of {at} late while its run "

@@ -48,6 +48,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from .._drivers.base import CALENDAR_WAKE
 from .._keyed import CatchUp, KeyedScheduler, Overlap, Recover, Reschedule, Retry
 from .._stores import SQLiteStore, StoreError, abandon
 from . import VirtualTimeLoop
@@ -537,12 +538,17 @@ class SimulatedCluster:
         of the database clock is corrected at its next keeper round."""
         p = self.process(which)
         p.set_offset(p.wall_offset + seconds)
-        self._fault(p, "wall-step", abs(seconds) + (self.lease / 3 if self.kind == "shared" else 0.0))
+        # (a step forward is noticed at the driver's next wake, at most CALENDAR_WAKE later: its wall
+        # timers fire late until then, and a late fire's run passes over the points it is late for)
+        noticed = CALENDAR_WAKE if seconds > 0 else 0.0
+        corrected = self.lease / 3 if self.kind == "shared" else 0.0
+        self._fault(p, "wall-step", seconds, lasting=abs(seconds) + noticed + corrected)
 
-    def _fault(self, p: Process, kind: str, seconds: float) -> None:
+    def _fault(self, p: Process, kind: str, seconds: float, lasting: float | None = None) -> None:
+        """Note a fault of `seconds` (its effects last `lasting` seconds, if longer: not judged then)."""
         self.faults += 1
         self._oracle.quiet_since = None
-        p.windows.append(_Window(self.now, self.now + seconds, kind))
+        p.windows.append(_Window(self.now, self.now + (seconds if lasting is None else lasting), kind))
         self._oracle.note(f"{p.name} {kind} {seconds:.3f}")
 
     # -- time -----------------------------------------------------------------------------------------
@@ -1062,10 +1068,16 @@ def campaign(
                 for i in keep:
                     print(f"    {p.events[i][0]:9.4f} {p.events[i][1]} {p.events[i][2]!r}", file=out)
                 shown = simulate(p, keep=keep)
-                print("  its trace (the last 40 steps):", file=out)
-                for line in shown.trace[-40:]:
+                print("  its trace (the 40 steps up to the violation):", file=out)
+                for line in _up_to_violation(shown.trace, 40):
                     print(f"    {line}", file=out)
     return Summary(runs, faults, checks, found, lived / 3600)
+
+
+def _up_to_violation(trace: list[str], steps: int) -> list[str]:
+    """The last `steps` lines of a trace up to its first violation (the last lines if it has none)."""
+    end = next((i + 1 for i, line in enumerate(trace) if "VIOLATION" in line), len(trace))
+    return trace[max(0, end - steps) : end]
 
 
 def main(argv: list[str] | None = None) -> int:
