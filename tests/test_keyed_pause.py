@@ -347,6 +347,30 @@ def test_fires_held_by_a_pause_whose_resume_raised_after_its_commit_are_decided_
     life.keyed.close()
 
 
+def test_a_catch_up_queue_held_by_a_pause_runs_at_the_resume_after_its_window_ended(
+    store: Any, clock: ManualClock
+) -> None:
+    """A resume queued the fires its pause held (catch_up=ALL), and a pause held that queue at once. The
+    next resume owes those fires, and the key's window had ended: nothing was planned after them, so the
+    resume planned the key afresh (none: DISABLED) and dropped the queue, unrun and unreported."""
+    life = Life(store, clock, catch_up=CatchUp.ALL, max_catch_up=2)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(5)
+    life.keyed.pause("k")
+    life.keyed.upsert("k", end=datetime.fromtimestamp(T0 + 25, UTC))  # (paused: its fires at 10 and 20)
+    life.advance(40)
+    life.keyed.resume("k")  # the fires at 10 and 20 queued, to run at once
+    life.keyed.pause("k")  # held
+    life.keyed.resume("k")
+    life.advance(1)
+    assert len(life.ran) == 2 and life.missed == []
+    ran = [e for e in life.keyed.history("k") if e.outcome == "ran"]
+    assert [e.scheduled_for.timestamp() - T0 for e in ran[:2]] == [20.0, 10.0]
+    assert life.keyed.get("k").state is KeyState.DISABLED  # type: ignore[union-attr]  (its window ended)
+    life.keyed.close()
+
+
 def test_pause_after_close_is_refused(clock: ManualClock) -> None:
     life = Life(MemoryStore(), clock)
     life.keyed.upsert("k")

@@ -135,8 +135,10 @@ def decide(
         else:
             plan.state, plan.at = KeyState.DISABLED, None
         return plan
-    if rec.state is KeyState.INVALID or (base is None and not queue and rec.state is not KeyState.DISABLED):
-        return _afresh(plan, rec, wall_now, evaluate)  # nothing to catch up from: next_run afresh
+    if rec.state is KeyState.INVALID or (
+        base is None and not queue and not owed and rec.state is not KeyState.DISABLED
+    ):  # (nothing to catch up from: next_run afresh; fires it owes, with no schedule after them, are run)
+        return _afresh(plan, rec, wall_now, evaluate)
     missed: list[float] = sorted(owed)
     t: float | None = base
     result: Any = base
