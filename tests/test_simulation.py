@@ -108,6 +108,7 @@ FOUND_ALL = [
     ("sqlite", 901897, "a resume that raised after its commit left the fires its pause held undecided"),
     ("sqlite", 975068, "oracle: a step forward is noticed at the next wake: its fires are late till then"),
     ("sqlite", 990008, "a rerun whose key a remove that raised after its commit deleted was dropped"),
+    ("memory", 1300099, "a catch-up queue a pause held was dropped by the resume once its window ended"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (
@@ -118,6 +119,7 @@ FOUND_ALL_4 = [  # (four processes)
     ("shared", 850543, "oracle: max_runs counted by a stepped wall clock a fire taken before a removal"),
     ("shared", 850783, "the same, a step of 2 s"),
     ("shared", 850976, "the same, a step of 30 s"),
+    ("shared", 1200185, "oracle: a trigger a paused process asked, committed as it woke, ran as later fire"),
 ]
 
 

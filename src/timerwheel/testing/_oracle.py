@@ -320,7 +320,8 @@ class Oracle:
 
     def _check_triggers(self, runs: dict[Hashable, list[SimRun]], until: float) -> None:
         """A trigger that returned ran: a run of its key at its time, or of a later fire that started as
-        it came (a fire at or after a trigger runs for it: taken before its holder heard of it) or late
+        it came (by bound() after the call returned: a fire at or after a trigger runs for it, taken
+        before its holder heard of it) or late
         (a catch-up queued after a restart), unless
         the key was changed, paused or removed since it was asked (which drops it), or it may have been
         skipped (Overlap.SKIP: a run of its key went), or the store keeps nothing (a memory store, its
@@ -330,13 +331,15 @@ class Oracle:
             if change["what"] != "trigger" or change.get("at") is None or change["asked"] > until:
                 continue
             key, asked, at = change["key"], change["asked"], round(change["at"] * 1e6)
+            # (committed by the time it returned: a process paused during the call commits it late)
+            made = asked if change["ended"] is None else change["ended"]
             self.checks += 1
             bound = self.cluster.bound()
             if any(
                 r.scheduled_for == at
                 or (
                     r.scheduled_for > at
-                    and (r.started <= asked + bound or r.wall > r.scheduled_for / 1e6 + bound)
+                    and (r.started <= made + bound or r.wall > r.scheduled_for / 1e6 + bound)
                 )
                 for r in runs.get(key, ())
             ):
