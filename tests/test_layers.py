@@ -30,6 +30,9 @@ ALLOWED_CYCLES = [
     {"testing", "testing.simulate"},
 ]
 
+# A named tuple's own public methods (their underscore keeps them apart from the fields).
+NAMEDTUPLE = {"_asdict", "_field_defaults", "_fields", "_make", "_replace"}
+
 # (module, name): a private name of another module that a module uses today.
 ALLOWED_PRIVATE = {
     ("_drivers.asyncio", "_thread_id"),
@@ -194,7 +197,9 @@ def private_reach() -> set[tuple[str, str]]:
             ):
                 used.append(node.args[1].value)
             found.update(
-                (name, n) for n in used if n.startswith("_") and not n.startswith("__") and n not in own
+                (name, n)
+                for n in used
+                if n.startswith("_") and not n.startswith("__") and n not in own and n not in NAMEDTUPLE
             )
     return found
 

@@ -6,6 +6,8 @@
     python -m timerwheel bench --sizes 1e4,1e6 --ops schedule_cancel,reset --json out.json --plot out.png
     python -m timerwheel bench --report out.json     # the tables of a saved run (or of benchmarks/' JSON)
     python -m timerwheel bench --server 1000         # and an echo server's CPU per message (~1 minute more)
+    python -m timerwheel keys --store URL list       # a store's keys: list, show, pause, resume, trigger,
+                                                     # remove, preview (python -m timerwheel keys --help)
 
 Every figure is a median of several rounds with the garbage collector off, each competitor in its own
 process; docs/performance.md explains the methods and the results on one machine.
@@ -173,6 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "bench":
         return bench(argv[1:])
+    if argv and argv[0] == "keys":
+        from ._keyed.command import main as keys
+
+        return keys(argv[1:])
     if argv:
         print(__doc__, file=sys.stderr)
         return 2

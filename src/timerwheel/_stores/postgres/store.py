@@ -24,12 +24,14 @@ from ..rows import (
     decode_key,
     encode_key,
     entry_row,
+    key_row,
 )
 from .database import Database, redacted
 from .keeper import Keeper
 from .schema import (
     ABOVE_FLOOR,
     CHANNEL,
+    COLUMNS,
     IN_ORDER,
     MAX_LEASE,
     RAISE_FLOOR,
@@ -583,6 +585,28 @@ class PostgresStore:
         self._keeper.attach(holder)
 
     # -- for tests and operators ----------------------------------------------------------------------
+
+    def rows(self) -> list[tuple[StoredKey, str | None, bool]]:
+        """Every key's row in key order, with the process that holds it (its owner id, or None) and
+        whether that process's lease is live: what `python -m timerwheel keys list` shows. A row this
+        timerwheel cannot read is a StoreError naming it."""
+        found = self._db.do(
+            lambda conn: conn.execute(
+                f"SELECT {COLUMNS}, owner, EXISTS (SELECT 1 FROM timerwheel_leases l WHERE l.id = k.owner "
+                "AND l.lease_until > clock_timestamp()) FROM timerwheel_keys k ORDER BY key"
+            ).fetchall(),
+            "read the keys",
+        )
+        out = []
+        for *columns, owner, live in found:
+            try:
+                out.append((key_row(*columns), owner, bool(live)))
+            except ValueError as exc:
+                raise StoreError(
+                    f"the {self.name} has a row that this timerwheel cannot read: the row of key "
+                    f"{columns[0]!r} in timerwheel_keys: {exc}"
+                ) from None
+        return out
 
     def held(self) -> int:
         """How many keys the database says this process holds."""

@@ -1,0 +1,160 @@
+"""A store's keys operated from outside the processes that run them: what `python -m timerwheel keys`
+does. Every change goes through the store's own statements, as a KeyedScheduler's would, never by editing
+rows behind them: on PostgreSQL while the keys' holders run (they hear of it as of any process's change);
+a SQLite file has one owner at a time, so it is opened only while no process holds it (the next process
+to open it does what was stored: a pause holds, a trigger runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Hashable
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from .._stores import PostgresStore, SQLiteStore, StoredKey, StoreError
+from .keys import HistoryEntry, entry_of
+
+__all__ = ["KeyView", "StoreKeys", "store_from_url"]
+
+
+class KeyView(NamedTuple):
+    """A key as its store has it (not as a process's memory has it): for operators."""
+
+    key: Hashable
+    state: str  # a KeyState's value, or "paused"
+    next_run_at: datetime | None
+    last_started: datetime | None  # the scheduled time of its latest fire taken to run
+    last_error: str | None
+    generation: int
+    runs: int
+    data: Any
+    options: dict[str, Any] | None
+    triggered_at: datetime | None  # a trigger not run yet
+    owner: str | None  # the process that holds it (a shared store), or None
+    owner_live: bool  # whether that process's lease is live
+
+
+def store_from_url(url: str) -> SQLiteStore | PostgresStore:
+    """The store a URL names: `sqlite:///path.db` (relative; `sqlite:////abs/path.db` absolute) for an
+    existing SQLite file, or a PostgreSQL DSN (`postgresql://...`, `postgres://...`, or libpq's
+    `key=value` form). ValueError for a URL it does not know, StoreError for a store it cannot open."""
+    if url.startswith("sqlite://"):
+        path = url.removeprefix("sqlite://")
+        if not path.startswith("/") or path == "/":
+            raise ValueError(f"a SQLite URL is sqlite:///relative.db or sqlite:////absolute.db, not {url!r}")
+        path = path[1:]
+        if not os.path.isfile(path):
+            raise StoreError(f"there is no SQLite file {path!r}")
+        try:
+            return SQLiteStore(path)
+        except StoreError as exc:
+            if "is owned by another store" in str(exc):  # (one owner at a time: the process running it)
+                raise StoreError(
+                    f"{exc} (stop the process that runs it to read or change its keys)"
+                ) from None
+            raise
+    if url.startswith(("postgresql://", "postgres://")) or ("=" in url and "://" not in url):
+        store = PostgresStore(url)
+        store.detach([])  # (an operator: it holds no key, and counts for no share of them)
+        return store
+    raise ValueError(f"--store must be sqlite:///path.db or a PostgreSQL DSN (postgresql://...), not {url!r}")
+
+
+class StoreKeys:
+    """The keys of the store at `url` (see store_from_url), read and changed by their store's rules."""
+
+    def __init__(self, url: str) -> None:
+        self.store = store_from_url(url)
+        self.shared = isinstance(self.store, PostgresStore)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def keys(self) -> list[KeyView]:
+        """Every key, in key order (str keys, then int keys)."""
+        if isinstance(self.store, PostgresStore):
+            views = [_view(row, owner, live) for row, owner, live in self.store.rows()]
+        else:
+            views = [_view(row, None, False) for row in self.store.load()[0]]
+        return sorted(views, key=lambda v: (type(v.key) is int, v.key))
+
+    def find(self, text: str) -> Hashable | None:
+        """The stored key a command line's KEY names: the str key, or else the int key of those digits."""
+        rows = {view.key for view in self.keys()}
+        if text in rows:
+            return text
+        try:
+            number = int(text)
+        except ValueError:
+            return None
+        return number if number in rows else None
+
+    def get(self, key: Hashable) -> KeyView | None:
+        return next((view for view in self.keys() if view.key == key), None)
+
+    def history(self, key: Hashable) -> list[HistoryEntry]:
+        """The key's history, newest first."""
+        return [entry_of(e) for e in self.store.history(key)]
+
+    def set_paused(self, key: Hashable, paused: bool) -> bool:
+        """Pause or resume the key (as KeyedScheduler.pause and resume do); False: no such key. A SQLite
+        key resumed is unpaused only: the next process to open the file decides its missed fires."""
+        if isinstance(self.store, PostgresStore):
+            return bool(self.store.set_paused([key], paused))
+        row = self._row(key)
+        if row is None:
+            return False
+        if row.paused != paused:  # (a pause drops a trigger not run yet)
+            self.store.save([row._replace(paused=paused, triggered=None if paused else row.triggered)])
+        return True
+
+    def trigger(self, key: Hashable) -> datetime | None:
+        """Run the key now, outside its schedule (KeyedScheduler.trigger): its holder runs it (a SQLite
+        file: the next process to open it). The time of the trigger's fire, or None: no such key, or
+        paused. A trigger not run yet is the key's trigger: its time is returned, none is added."""
+        if isinstance(self.store, PostgresStore):
+            found = self.store.trigger(key, False, None)
+            return None if found is None else _at(json.loads(found[0])["at"])
+        row = self._row(key)
+        if row is None or row.paused:
+            return None
+        if row.triggered is not None:
+            return _at(json.loads(row.triggered)["at"])
+        us = math.floor(time.time() * 1_000_000)  # (after its latest started fire: a new fire)
+        if row.last_scheduled_for is not None and us <= row.last_scheduled_for:
+            us = row.last_scheduled_for + 1
+        text = json.dumps({"at": us, "restart": False, "overlap": None})
+        self.store.save([row._replace(triggered=text)])
+        return _at(us)
+
+    def remove(self, key: Hashable) -> bool:
+        """Remove the key (KeyedScheduler.remove); False: no such key."""
+        return bool(self.store.delete(key))
+
+    def _row(self, key: Hashable) -> StoredKey | None:
+        assert isinstance(self.store, SQLiteStore)
+        return next((row for row in self.store.load()[0] if row.key == key), None)
+
+
+def _at(us: int | None) -> datetime | None:
+    return None if us is None else datetime.fromtimestamp(us / 1_000_000, UTC)
+
+
+def _view(row: StoredKey, owner: str | None, live: bool) -> KeyView:
+    return KeyView(
+        row.key,
+        "paused" if row.paused else row.state,
+        None if row.paused else _at(row.next_run_at),
+        _at(row.last_scheduled_for),
+        row.last_error,
+        row.generation,
+        row.runs,
+        json.loads(row.data),
+        None if row.options is None else json.loads(row.options),
+        None if row.triggered is None else _at(json.loads(row.triggered)["at"]),
+        owner,
+        live,
+    )
