@@ -56,13 +56,13 @@ def compiled_core() -> ModuleType:
 
 
 def _a_pg_server() -> Iterator[Any]:
-    """A real PostgreSQL server (tests/_pg.py), stopped and removed afterwards; the test skips, saying
-    so, where no server binary exists."""
-    from . import _pg
+    """A real PostgreSQL server (timerwheel.testing.PostgresServer), stopped and removed afterwards; the
+    test skips, saying so, where no server binary exists."""
+    from timerwheel.testing.postgres import PostgresServer, postgres_bindir
 
-    if _pg.bindir() is None:
+    if postgres_bindir() is None:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    server = _pg.Server()
+    server = PostgresServer()
     yield server
     server.stop()
 

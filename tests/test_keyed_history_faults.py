@@ -18,8 +18,8 @@ import pytest
 from timerwheel import CatchUp, MemoryStore, Retry, SQLiteStore
 from timerwheel._stores import abandon
 from timerwheel.testing import ManualClock
+from timerwheel.testing.postgres import postgres_bindir
 
-from . import _pg
 from .test_keyed_history import Life, outcomes
 from .test_keyed_pause import T0
 from .test_keyed_retry import ALife
@@ -240,7 +240,7 @@ def test_a_runs_duration_is_the_time_it_took_when_the_wall_clock_steps_during_it
 
 
 @pytest.mark.realtime
-@pytest.mark.skipif(_pg.bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl)")
+@pytest.mark.skipif(postgres_bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl)")
 def test_a_shared_keys_entries_queued_on_a_busy_writer_are_not_written_after_its_remove(dsn: str) -> None:
     """Rule: "`remove()` forgets the key's history" (PostgreSQL: "by the process's writer, every
     process's entries in one history"). A key paused and then removed has no history in the database

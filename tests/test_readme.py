@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from . import _pg
+from timerwheel.testing.postgres import postgres_bindir
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -29,7 +29,7 @@ EXAMPLE_DSN = "host=db.internal dbname=app user=app"  # what the PostgresStore e
 def test_readme_example_runs(index: int, request: pytest.FixtureRequest) -> None:
     block = BLOCKS[index]
     if EXAMPLE_DSN in block:  # run against the test suite's own PostgreSQL server
-        if _pg.bindir() is None:
+        if postgres_bindir() is None:
             pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
         block = block.replace(EXAMPLE_DSN, request.getfixturevalue("pg_dsn"))
     exec(compile(block, f"README.md example {index + 1}", "exec"), {"__name__": "readme"})

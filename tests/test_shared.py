@@ -1,8 +1,8 @@
 """PostgresStore: one schedule shared by many processes, each fire run once across all of them.
 
-Against a real PostgreSQL server that this module starts itself (tests/_pg.py: initdb and pg_ctl in a
-temporary directory, 127.0.0.1 only); every test gets a database of its own. The tests skip, saying so,
-only where no server binary exists.
+Against a real PostgreSQL server that this module starts itself (timerwheel.testing.PostgresServer:
+initdb and pg_ctl in a temporary directory, 127.0.0.1 only); every test gets a database of its own. The
+tests skip, saying so, only where no server binary exists.
 
 Sharing is about leases on the database's clock and processes that die, so most tests here read real
 time: each is marked `realtime`, with its tolerance justified beside it. The multi-process tests run for
@@ -43,13 +43,13 @@ from timerwheel._stores import StoredKey
 from timerwheel._stores.postgres import SCHEMA_VERSION
 from timerwheel._stores.postgres.schema import CLAIM_ID
 from timerwheel.testing import ManualClock
+from timerwheel.testing.postgres import PostgresServer, postgres_bindir
 
-from . import _pg
 from ._shared_child import Journal, seed, spawn, wait_started
 from .test_store_contract import Holder
 
 pytestmark = pytest.mark.skipif(
-    _pg.bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
+    postgres_bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl) on this machine"
 )
 
 CHILD = Path(__file__).parent / "_shared_child.py"
@@ -758,7 +758,7 @@ def test_after_the_whole_cluster_was_down_each_key_catches_up_once(dsn: str) -> 
 
 @pytest.mark.realtime
 def test_a_database_that_goes_away_stops_the_firing_and_then_it_resumes(caplog: Any) -> None:
-    server = _pg.Server()  # (its own: it is stopped and started again)
+    server = PostgresServer()  # (its own: it is stopped and started again)
     try:
         runs: collections.Counter[Any] = collections.Counter()
         node = Node(server.dsn, runs, lease=1.0)
@@ -1212,7 +1212,7 @@ def test_a_server_paused_past_the_lease_loses_no_fire(
     """The server and its backends SIGSTOPped for longer than the lease, then resumed: every fire of
     2,000 keys on a 500 ms grid runs or is reported to on_missed, and none runs twice."""
     monkeypatch.setenv("CATCH_UP", catch_up)
-    server = _pg.Server()  # (its own: it is frozen)
+    server = PostgresServer()  # (its own: it is frozen)
     try:
         seed(server.dsn, 2000)
         journal = tmp_path / "journal"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from timerwheel.testing import ManualClock
+from timerwheel.testing import ManualClock, PostgresServer, postgres_bindir
 
 
 def test_advance_and_set() -> None:
@@ -178,3 +178,55 @@ def test_a_virtual_time_loop_runs_timers_past_2_to_the_24_seconds() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) == 3601.0
+
+
+# -- a throwaway PostgreSQL server ---------------------------------------------------------------------
+
+
+def _refused(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(postgres_bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl)")
+def test_the_postgres_command_prints_a_dsn_that_connects_and_removes_the_server_when_stopped() -> None:
+    """`python -m timerwheel.testing.postgres`: the first line it prints is a DSN a PostgresStore can use;
+    SIGTERM stops the server, and nothing listens on its port any more."""
+    import signal
+    import subprocess
+    import sys
+
+    from timerwheel import PostgresStore
+
+    command = [sys.executable, "-m", "timerwheel.testing.postgres", "--seconds", "120"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        dsn = proc.stdout.readline().strip()
+        assert dsn.startswith("host=127.0.0.1 port="), proc.stderr.read() if proc.stderr else ""
+        store = PostgresStore(dsn)
+        assert store.held() == 0
+        store.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    port = int(dsn.split("port=")[1].split()[0])
+    assert _refused(port)
+
+
+@pytest.mark.skipif(postgres_bindir() is None, reason="no PostgreSQL server binaries (initdb, pg_ctl)")
+def test_a_postgres_server_gives_fresh_databases_and_stops_with_its_block() -> None:
+    import psycopg
+
+    with PostgresServer() as server:
+        first, second = server.database(), server.database("app")
+        assert first != second and "dbname=app_" in second
+        with psycopg.connect(first) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(ValueError, match="prefix"):
+            server.database("no; DROP")
+    assert _refused(server.port)
+    server.stop()  # (idempotent)

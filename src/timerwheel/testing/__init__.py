@@ -1,7 +1,8 @@
 """Test helpers for code that uses timerwheel: a clock that moves only when the test says so, a way to wait
 until a ThreadedScheduler has done everything that is due, an asyncio event loop whose clock jumps to
-the next timer instead of sleeping, and a simulated cluster of KeyedSchedulers (SimulatedCluster, in
-timerwheel.testing.simulate) that runs your jobs under kills, pauses and clock faults on virtual time."""
+the next timer instead of sleeping, a simulated cluster of KeyedSchedulers (SimulatedCluster, in
+timerwheel.testing.simulate) that runs your jobs under kills, pauses and clock faults on virtual time,
+and a throwaway PostgreSQL server (PostgresServer, in timerwheel.testing.postgres)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,32 @@ from .._clock import Clock
 from .._validate import function, seconds
 from .._virtual import VirtualTimeLoop
 
-__all__ = ["ManualClock", "SimRun", "SimulatedCluster", "Violation", "VirtualTimeLoop", "wait_until_idle"]
+__all__ = [
+    "ManualClock",
+    "PostgresServer",
+    "SimRun",
+    "SimulatedCluster",
+    "Violation",
+    "VirtualTimeLoop",
+    "postgres_bindir",
+    "wait_until_idle",
+]
 
 _SIMULATION = ("SimRun", "SimulatedCluster", "Violation")
+_POSTGRES = ("PostgresServer", "postgres_bindir")
 
 
 def __getattr__(name: str) -> Any:
-    # (imported when first asked for: `python -m timerwheel.testing.simulate` runs that module as
-    # __main__, which must not be imported already)
+    # (imported when first asked for: `python -m timerwheel.testing.simulate` and `python -m
+    # timerwheel.testing.postgres` run those modules as __main__, which must not be imported already)
     if name in _SIMULATION:
         from . import simulate
 
         return getattr(simulate, name)
+    if name in _POSTGRES:
+        from . import postgres
+
+        return getattr(postgres, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
