@@ -11,30 +11,84 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+try:  # (setuptools 70.1 and later; the build's own environment has it: pyproject.toml's build-system)
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # an older setuptools, in an environment built without isolation
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
+
+
+#: Written beside the pure-Python core when the extension could not be built: why (python -m timerwheel
+#: prints it). Removed by a build that succeeds.
+FAILED = os.path.join("timerwheel", "_core", "build-failed.txt")
+
 
 class OptionalBuildExt(build_ext):
-    """build_ext that turns a failed compile into a warning instead of a failed install."""
+    """build_ext that turns a failed compile into a warning instead of a failed install. If any extension
+    fails, none is installed (not even one built by an earlier build of this checkout, from older
+    sources): the install is wholly the pure-Python backend, and says so."""
 
     def run(self) -> None:
+        self.failure: str | None = None
         try:
             super().run()
         except Exception as exc:  # DistutilsPlatformError, CCompilerError, ...: no usable compiler
-            self._warn(exc)
+            self.failure = f"{type(exc).__name__}: {exc}"
+        self._settle()
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc)
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"
 
-    @staticmethod
-    def _warn(exc: Exception) -> None:
-        print(
-            "\n*** timerwheel: the Cython extension could not be built "
-            f"({type(exc).__name__}: {exc}).\n"
-            "*** Installing the pure-Python backend instead: same behaviour, slower.\n",
-            file=sys.stderr,
-        )
+    def _settle(self) -> None:
+        """After the build: every extension, or none (and why, in FAILED); and a failure told."""
+        root = "src" if self.inplace else self.build_lib
+        failed = os.path.join(root, FAILED)
+        if self.failure is None:
+            if os.path.exists(failed):
+                os.remove(failed)
+            return
+        for ext in self.extensions:
+            built = self.get_ext_fullpath(ext.name)
+            if os.path.exists(built):
+                os.remove(built)
+        os.makedirs(os.path.dirname(failed), exist_ok=True)
+        with open(failed, "w", encoding="utf-8") as out:
+            out.write(self.failure + "\n")
+        self.distribution.timerwheel_failure = self.failure  # type: ignore[attr-defined]
+        self.distribution.ext_modules = []  # (installed as pure Python: the root of the wheel)
+        _warn(self.failure)
+
+
+class PureIfNotBuilt(bdist_wheel):
+    """bdist_wheel whose wheel is pure Python (py3-none-any, in its name on pip's output) when the
+    extension could not be built: a wheel tagged for one platform would claim code it does not have."""
+
+    def run(self) -> None:
+        if not self.skip_build:
+            self.reinitialize_command("build_ext").inplace = False  # type: ignore[attr-defined]
+            self.run_command("build")
+            self.skip_build = True
+        if getattr(self.distribution, "timerwheel_failure", None):
+            self.root_is_pure = True
+        super().run()
+
+
+def _warn(failure: str) -> None:
+    """Say it where a user sees it: pip shows a build's output only with -v, so the terminal too."""
+    short = failure if len(failure) <= 160 else failure[:157] + "..."
+    message = (
+        f"\n*** timerwheel: the Cython extension could not be built ({short}).\n"
+        "*** Installing the pure-Python backend instead: same behaviour, slower. `python -m timerwheel` "
+        "says which backend is in use, and why.\n"
+    )
+    print(message, file=sys.stderr)
+    try:
+        with open("/dev/tty", "w", encoding="utf-8") as tty:  # (none: a CI log, where -v shows stderr)
+            tty.write(message)
+    except OSError:
+        pass
 
 
 def extensions() -> list[Extension]:
@@ -43,7 +97,7 @@ def extensions() -> list[Extension]:
     try:
         from Cython.Build import cythonize
     except ImportError:
-        print("*** timerwheel: Cython is not installed; installing the pure-Python backend.", file=sys.stderr)
+        _warn("Cython is not installed")
         return []
     core = Extension("timerwheel._core._wheel_c", ["src/timerwheel/_core/_wheel_c.pyx"])
     # The job engine, compiled from its own source: _engine/scheduler.py is the pure-Python engine and,
@@ -77,4 +131,4 @@ def _newer(target: str, *sources: str) -> bool:
     return any(os.path.getmtime(source) > os.path.getmtime(target) for source in sources)
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt, "bdist_wheel": PureIfNotBuilt})
