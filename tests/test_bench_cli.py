@@ -151,6 +151,39 @@ def test_plot_draws_a_png(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_plot_puts_like_against_like_a_few_series_a_panel_with_the_tables_units(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from timerwheel.bench import COMPETITORS, plot
+
+    report = {
+        "machine": {"python": "CPython 3.x"},
+        "results": [
+            {"competitor": name, "op": op, "size": size, ("bytes" if op == "memory" else "ns"): 100.0 + i}
+            for i, name in enumerate(COMPETITORS)
+            for op in ("reset", "schedule_expire", "memory")
+            for size in (1000, 10000)
+        ],
+    }
+    panels = plot(report, str(tmp_path / "bench.png"))
+    assert {op for op, _, _ in panels} == {"reset", "schedule_expire", "memory"}
+    assert max(len(names) for _, _, names in panels) <= 4
+    drawn = {name for _, _, names in panels for name in names}
+    assert drawn == set(COMPETITORS)  # (every competitor, each in one group)
+    groups = {group: names for op, group, names in panels if op == "reset"}
+    assert set(groups["timer stores"]) == {"timerwheel", "timerwheel-py", "heapq", "sched"}
+    from timerwheel.bench.report import unit
+
+    assert unit("schedule_expire") == "ns per timer" and unit("memory") == "bytes per pending timer"
+
+
+def test_progress_goes_to_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
+    """Piped or written to a file, the bench prints its report, not a line per measurement."""
+    assert cli.main(["bench", "--quick", "--competitors", "heapq", "--sizes", "1e3", "--ops", "reset"]) == 0
+    captured = capsys.readouterr()
+    assert "[#" not in captured.err and "[#" not in captured.out
+    assert "reset: ns per operation" in captured.out
+
+
 def test_unknown_arguments_print_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--bogus"]) == 2
     assert "python -m timerwheel bench" in capsys.readouterr().err

@@ -22,12 +22,15 @@ import platform
 import sys
 
 from . import BACKEND, __version__
+from ._core import REASON
 from .bench import COMPETITORS, OPERATIONS, format_report, load, plot, run_bench, worker_main
 from .bench.scenario import server_section
 
 DEFAULT_SIZES = [10**3, 10**4, 10**5, 10**6, 10**7]
 QUICK_SIZES = [10**3, 10**4]
 DEMO_SIZE = 10**5
+#: How long the demo and the bench take on a 2-core machine (measured with `time`; said before they start)
+DEMO_SECONDS = 15
 
 
 def _list(text: str, allowed: list[str] | tuple[str, ...], what: str) -> list[str]:
@@ -158,9 +161,10 @@ DEMO = [
 
 def demo() -> int:
     """`python -m timerwheel`: the backend, and a short comparison at 10^5 pending timers, like with like."""
-    print(f"timerwheel {__version__}, backend: {BACKEND}")
+    print(f"timerwheel {__version__}, backend: {BACKEND} ({REASON})")
     print(f"Python {platform.python_version()} ({platform.python_implementation()}) on {platform.machine()}")
     wheel = "timerwheel" if BACKEND == "cython" else "timerwheel-py"
+    print(f"A short comparison at 10^5 pending timers: about {DEMO_SECONDS} s on 2 cores.", flush=True)
     for title, names, ops in DEMO:
         names = [n.format(wheel=wheel) for n in names]
         report = run_bench(names, [DEMO_SIZE], ops, rounds=5, budget=0.02)

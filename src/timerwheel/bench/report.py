@@ -47,7 +47,8 @@ def machine() -> dict[str, str]:
 
 
 class _Progress:
-    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+    """A one-line progress bar on stderr, updated in place; nothing when stderr is not a terminal (a file,
+    a pipe, a CI log: the report says what ran)."""
 
     def __init__(self, total: int) -> None:
         self.total, self.done = total, 0
@@ -56,14 +57,13 @@ class _Progress:
 
     def step(self, label: str) -> None:
         self.done = min(self.done + 1, self.total)
+        if not self.tty:
+            return
         width = 30
         filled = width * self.done // max(self.total, 1)
         line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label}"
         line += f"  {time.monotonic() - self.start:.0f} s"
-        if self.tty:
-            sys.stderr.write("\r" + line[:100].ljust(100))
-        else:
-            sys.stderr.write(line + "\n")
+        sys.stderr.write("\r" + line[:100].ljust(100))
         sys.stderr.flush()
 
     def end(self) -> None:
@@ -132,10 +132,7 @@ def format_report(report: dict[str, Any], baseline: str | None = None) -> str:
         rows = [r for r in results if r["op"] == op]
         if not rows:
             continue
-        unit = {"memory": "bytes per pending timer", "schedule_expire": "ns per timer"}.get(
-            op, "ns per operation"
-        )
-        out.append(f"\n{op}: {unit}; in brackets, the ratio to {baseline}")
+        out.append(f"\n{op}: {unit(op)}; in brackets, the ratio to {baseline}")
         out.append(f"  {'':<{width}}" + "".join(f"{_size(s):>24}" for s in sizes))
         base = {r["size"]: r.get("bytes", r.get("ns")) for r in rows if r["competitor"] == baseline}
         for name in names:
@@ -182,53 +179,101 @@ def _size(size: int) -> str:
     return f"10^{exponent}" if 10**exponent == size else f"{size:,}"
 
 
-def plot(report: dict[str, Any], path: str) -> None:
-    """One panel per operation: cost against pending timers, log-log, a line per competitor."""
+#: The plot's panels: like against like, a few series each (competitors of benchmarks/ not named here go
+#: to "others").
+PLOT_GROUPS = [
+    ("timer stores", ["timerwheel", "timerwheel-py", "heapq", "sched"]),
+    ("job engines", ["Scheduler", "HeapScheduler", "ThreadedScheduler", "twisted"]),
+    ("on asyncio's loop", ["AsyncScheduler", "AsyncScheduler-jobs", "asyncio", "hand-kept"]),
+    ("on uvloop", ["AsyncScheduler-uvloop", "uvloop", "hand-kept-uvloop"]),
+    (
+        "timeouts",
+        [
+            "AsyncScheduler.timeout",
+            "asyncio.timeout",
+            "AsyncScheduler.timeout-uvloop",
+            "asyncio.timeout-uvloop",
+        ],
+    ),
+]
+
+
+def unit(op: str) -> str:
+    """What an operation's figure counts (the same words in the tables and on the plot's axes)."""
+    return {"memory": "bytes per pending timer", "schedule_expire": "ns per timer"}.get(
+        op, "ns per operation"
+    )
+
+
+def plot(report: dict[str, Any], path: str) -> list[tuple[str, str, list[str]]]:
+    """A grid of panels: a row per operation, a column per group of like competitors (PLOT_GROUPS), each
+    with at most a few series in distinct colours and markers (timerwheel's solid, the others dashed);
+    cost against pending timers, log-log (sizes and costs span decades); the tables' unit on the axes.
+    Returns the panels drawn: (operation, group, the competitors in it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ops = [
-        op
-        for op in OPERATIONS
-        if any(r["op"] == op and ("ns" in r or "bytes" in r) for r in report["results"])
+    results = [r for r in report["results"] if "unsupported" not in r and ("ns" in r or "bytes" in r)]
+    named = {n for _, names in PLOT_GROUPS for n in names}
+    groups = [*PLOT_GROUPS, ("others", sorted({r["competitor"] for r in results} - named))]
+    groups = [
+        (title, [n for n in names if any(r["competitor"] == n for r in results)]) for title, names in groups
     ]
-    columns = min(3, len(ops) + 1)  # the last cell holds the legend
-    rows_ = -(-(len(ops) + 1) // columns)
-    fig, axes = plt.subplots(rows_, columns, figsize=(4.6 * columns, 3.9 * rows_), squeeze=False)
-    cells = list(axes.flat)
-    for ax, op in zip(cells, ops, strict=False):
-        for index, name in enumerate(COMPETITORS):
-            rows = sorted(
-                (
-                    r
-                    for r in report["results"]
-                    if r["competitor"] == name and r["op"] == op and "unsupported" not in r
-                ),
-                key=lambda r: r["size"],
-            )
-            if rows:
-                ys = [r.get("bytes", r.get("ns")) for r in rows]
-                ours = COMPETITORS[name].module == "timerwheel" and name != "HeapScheduler"
-                style = "-o" if name.startswith("timerwheel") or ours else "--s"
-                color = plt.get_cmap("tab20")(index % 20)
-                ax.plot([r["size"] for r in rows], ys, style, label=name, markersize=4, color=color)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(op.replace("_", " + ") if op.startswith("schedule") else op.replace("_", " "))
-        ax.set_xlabel("timers pending")
-        ax.set_ylabel("bytes per timer" if op == "memory" else "ns per operation")
-        ax.grid(True, which="both", alpha=0.3)
-    handles, labels = cells[0].get_legend_handles_labels()
-    for ax in cells[len(ops) :]:
-        ax.axis("off")
-    cells[len(ops)].legend(
-        handles, labels, loc="center", fontsize=9, title="solid: timerwheel; dashed: others"
+    groups = [(title, names) for title, names in groups if names]
+    ops = [op for op in OPERATIONS if any(r["op"] == op for r in results)]
+    ops += sorted({r["op"] for r in results} - set(ops))
+    if not ops:
+        raise ValueError("the report has no figures to plot")
+    fig, axes = plt.subplots(
+        len(ops), len(groups), figsize=(4.3 * len(groups), 3.3 * len(ops)), squeeze=False
     )
-    fig.suptitle(f"timerwheel against heap schedulers ({report['machine']['python']}; lower is better)")
+    panels: list[tuple[str, str, list[str]]] = []
+    colors = plt.get_cmap("tab10")
+    markers = "osD^v<>ph*"
+    for row, op in enumerate(ops):
+        for column, (title, names) in enumerate(groups):
+            ax = axes[row][column]
+            drawn = 0
+            for index, name in enumerate(names):
+                rows = sorted(
+                    (r for r in results if r["competitor"] == name and r["op"] == op), key=lambda r: r["size"]
+                )
+                if not rows:
+                    continue
+                ours = name.startswith(("timerwheel", "Scheduler", "AsyncScheduler", "ThreadedScheduler"))
+                ax.plot(
+                    [r["size"] for r in rows],
+                    [r.get("bytes", r.get("ns")) for r in rows],
+                    "-" if ours else "--",
+                    marker=markers[index % len(markers)],
+                    color=colors(index % 10),
+                    label=name,
+                    markersize=5,
+                )
+                drawn += 1
+            ax.set_title(
+                f"{op.replace('_', ' + ') if op.startswith('schedule') else op.replace('_', ' ')}: {title}"
+            )
+            if not drawn:
+                ax.axis("off")
+                continue
+            panels.append((op, title, [line.get_label() for line in ax.get_lines()]))
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("timers pending")
+            ax.set_ylabel(unit(op))
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.suptitle(
+        f"timerwheel against other timers ({report['machine']['python']}; lower is better; "
+        "solid: timerwheel, dashed: others)"
+    )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return panels
 
 
 def from_pytest_benchmark(data: dict[str, Any]) -> dict[str, Any]:
