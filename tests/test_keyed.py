@@ -1572,3 +1572,30 @@ def test_close_tells_the_runs_that_go_on_on_a_scheduler_it_does_not_own() -> Non
         k.close()
         _wait_for(lambda: told == [True])
         release.set()
+
+
+def test_states_counts_the_keys_in_each_state_as_get_shows_them() -> None:
+    clock = ManualClock(0.0, wall=1_800_000_000.0)
+    sched = Scheduler(clock)
+
+    def next_run(now: datetime, key: Any, data: Any) -> datetime | None:
+        if data == "bad":
+            raise ValueError("no schedule")
+        return None if data == "done" else now + timedelta(seconds=10)
+
+    keyed = KeyedScheduler(sched, next_run, lambda key, data: None)
+    for key, data in (("a", None), ("b", None), ("c", "done"), ("d", "bad")):
+        keyed.upsert(key, data)
+    keyed.start()
+    keyed.pause("b")
+    counts = keyed.states()
+    assert counts == {
+        KeyState.PENDING: 1,
+        KeyState.RUNNING: 0,
+        KeyState.DISABLED: 1,
+        KeyState.INVALID: 1,
+        KeyState.PAUSED: 1,
+    }
+    assert counts == {s: sum(1 for i in keyed.snapshot().values() if i.state is s) for s in KeyState}
+    keyed.close()
+    assert keyed.states()[KeyState.DISABLED] == 4

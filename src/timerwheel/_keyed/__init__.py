@@ -5,11 +5,23 @@ rules about a key's times; recovery.py what a key does when it is taken up after
 functions); runs.py a fire on its way to a run; shared.py what a shared store adds.
 """
 
-from .keys import CatchUp, HistoryEntry, KeyedStats, KeyInfo, KeyState, Overlap, Recover, Reschedule, Retry
+from .keys import (
+    LATENESS_BUCKETS,
+    CatchUp,
+    HistoryEntry,
+    KeyedStats,
+    KeyInfo,
+    KeyState,
+    Overlap,
+    Recover,
+    Reschedule,
+    Retry,
+)
 from .scheduler import KeyedScheduler
 from .shared import Fence, LeaseLapsed
 
 __all__ = [
+    "LATENESS_BUCKETS",
     "CatchUp",
     "Fence",
     "HistoryEntry",

@@ -216,6 +216,7 @@ class Journal:
                 for row, fire in ends:
                     self.store.finish_fire(row, *fire)
         except Exception as exc:
+            self.table.counts["store_errors"] += 1
             with self.unrecorded_lock:
                 self.unrecorded.extend(fire for _, fire in ends)
             log_safely(
@@ -266,6 +267,7 @@ class Journal:
             if write is not None:
                 write()
         except Exception as exc:
+            self.table.counts["store_errors"] += 1
             log_safely(
                 logger,
                 (KeyboardInterrupt, SystemExit),
@@ -294,6 +296,7 @@ class Journal:
         try:
             self.store.save(rows, finished)
         except Exception as exc:
+            self.table.counts["store_errors"] += 1
             log_safely(
                 logger,
                 (KeyboardInterrupt, SystemExit),

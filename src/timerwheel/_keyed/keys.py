@@ -97,6 +97,10 @@ class Policy(NamedTuple):
     grace: float | None  # misfire_grace
 
 
+#: The upper bounds (seconds) of KeyedStats.lateness's buckets: a millisecond to five minutes, then the rest.
+LATENESS_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0, math.inf)
+
+
 @dataclasses.dataclass(frozen=True)
 class KeyedStats:
     """A snapshot of a KeyedScheduler's counters (since it was made).
@@ -115,6 +119,14 @@ class KeyedStats:
         late: fires that had not started late_grace seconds after they were due (each told to on_late
             once).
         retried: failed runs tried again (retry=).
+        store_errors: writes and takes the store failed (each logged; the fire or the row is tried
+            again, or written at the key's next fire).
+        claimed: keys this process took up from a shared store (at its start, and from processes that
+            left or whose lease lapsed); 0 with a local store.
+        lateness: how late runs began (the wall clock as the fire was taken, less the fire's time): the
+            count of runs in each bucket of LATENESS_BUCKETS (upper bounds in seconds, the last
+            infinite), one per started run.
+        lateness_sum: the sum of those lateness figures, in seconds.
     """
 
     keys: int = 0
@@ -129,6 +141,10 @@ class KeyedStats:
     skipped: int = 0
     late: int = 0
     retried: int = 0
+    store_errors: int = 0
+    claimed: int = 0
+    lateness: tuple[int, ...] = ()
+    lateness_sum: float = 0.0
 
 
 class KeyInfo(NamedTuple):

@@ -5,6 +5,7 @@ fails. STALE marks a run superseded before it began; Start is what a fire's take
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 import inspect
 import logging
@@ -15,10 +16,11 @@ from datetime import UTC
 from typing import Any, NamedTuple
 
 from .._engine import JobContext, log_safely
-from .._stores import TAKE_PAUSED, FinishedFire, StoredKey
+from .._stores import TAKE_PAUSED, FinishedFire, StoredKey, StoreError
 from .._types import RunOptions
 from .journal import Journal
 from .keys import (
+    LATENESS_BUCKETS,
     OWN,
     Key,
     KeyState,
@@ -872,7 +874,11 @@ class Runs:
         if self.table.closed:  # (by a callback just now, or while the take was made): the fire is not run,
             self._untake(rec, ctx)  # and not lost: it stays unfinished in the store (see _untake)
             return STALE
-        self.table.counts["started"] += 1
+        t = self.table
+        t.counts["started"] += 1
+        late = max(0.0, start.wall_now - scheduled_for)
+        t.lateness[bisect.bisect_left(LATENESS_BUCKETS, late)] += 1
+        t.lateness_sum += late
         return value_of(rec.data)
 
     def _untake(self, rec: Key, ctx: JobContext | None) -> None:
@@ -1146,6 +1152,8 @@ class Runs:
         Logged once per key and error (DEBUG while the leases are lost), then at DEBUG until it is taken."""
         message = describe(error)
         level = logging.ERROR
+        if isinstance(error, StoreError):
+            self.table.counts["store_errors"] += 1
         if self.table.leases_lost or rec.last_error == message:
             level = logging.DEBUG
         elif isinstance(error, LeaseLapsed):

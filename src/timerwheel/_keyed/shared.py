@@ -311,6 +311,7 @@ class SharedKeys:
                         if rec.running:
                             self.table.gone[rec.key] = rec
                 raise
+            self.table.counts["claimed"] += len(recs)
             if decided or finished:  # (written before any take of these keys: the writer keeps the order)
                 self.journal.write(
                     self.journal.save, decided, finished, f"what {len(recs)} claimed key(s) do"

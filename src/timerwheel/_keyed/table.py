@@ -18,6 +18,7 @@ from .._drivers import check_caller
 from .._engine import Scheduler, log_safely
 from .._stores import KeyStore, Put, StoredFire, StoredKey
 from .keys import (
+    LATENESS_BUCKETS,
     MAX_POSIX,
     MIN_POSIX,
     OWN,
@@ -158,9 +159,15 @@ class KeyTable:
                 "skipped",
                 "late",
                 "retried",
+                "store_errors",
+                "claimed",
             ),
             0,
         )
+        # How late the runs began (the wall clock at their take, less the fire's time): counts per
+        # LATENESS_BUCKETS bound, and their sum (KeyedStats.lateness)
+        self.lateness = [0] * len(LATENESS_BUCKETS)
+        self.lateness_sum = 0.0
         # A BaseException (KeyboardInterrupt, SystemExit) from a user callback is held here, per thread,
         # while the operation it interrupted completes, and raised at the operation's end (raise_held).
         self.held = threading.local()
