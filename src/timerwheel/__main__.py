@@ -31,6 +31,7 @@ QUICK_SIZES = [10**3, 10**4]
 DEMO_SIZE = 10**5
 #: How long the demo and the bench take on a 2-core machine (measured with `time`; said before they start)
 DEMO_SECONDS = 15
+QUICK_SECONDS = 12
 
 
 def _list(text: str, allowed: list[str] | tuple[str, ...], what: str) -> list[str]:
@@ -121,6 +122,13 @@ def bench(argv: list[str]) -> int:
         out = open(args.json, "w") if args.json else None  # noqa: SIM115
     except OSError as exc:
         parser.error(f"--json: cannot write {args.json}: {exc.strerror}")
+    print(
+        f"{len(args.competitors)} competitors x {len(sizes)} sizes x {len(args.ops)} operations, each "
+        f"competitor in its own process: --quick takes about {QUICK_SECONDS} s on 2 cores, a full run "
+        "minutes (up to 10^7 timers); on a terminal the progress line shows the time left.",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         report = run_bench(args.competitors, sizes, args.ops, rounds, budget)
         if args.server is not None:

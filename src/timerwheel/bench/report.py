@@ -61,8 +61,10 @@ class _Progress:
             return
         width = 30
         filled = width * self.done // max(self.total, 1)
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)  # (the measurements so far, as a rate)
         line = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label}"
-        line += f"  {time.monotonic() - self.start:.0f} s"
+        line += f"  {elapsed:.0f} s, about {left:.0f} s left"
         sys.stderr.write("\r" + line[:100].ljust(100))
         sys.stderr.flush()
 
