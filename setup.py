@@ -32,7 +32,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
         except Exception as exc:  # DistutilsPlatformError, CCompilerError, ...: no usable compiler
-            self.failure = f"{type(exc).__name__}: {exc}"
+            self.failure = self.failure or f"{type(exc).__name__}: {exc}"  # (the first: the cause)
         self._settle()
 
     def build_extension(self, ext: Extension) -> None:

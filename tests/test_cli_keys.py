@@ -175,6 +175,17 @@ def test_unknown_keys_bad_urls_and_a_file_in_use_are_refused_saying_why(
     assert keys(url, "pause", "report").returncode == 0
 
 
+def test_an_operators_store_counts_for_no_share_from_its_first_commit(pg_dsn: str) -> None:
+    from timerwheel import PostgresStore
+
+    store = PostgresStore(pg_dsn, share=False)
+    import psycopg
+
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT sharing FROM timerwheel_leases").fetchall() == [(False,)]
+    store.close()
+
+
 def test_on_postgres_the_holder_hears_a_pause_and_runs_a_trigger_while_it_runs(pg_dsn: str) -> None:
     """A process holds the key and runs it; the command lists it with its owner, pauses it (the holder
     shows it PAUSED), resumes it and triggers it (the holder runs the trigger's fire). Tolerances: 5 s
@@ -199,3 +210,43 @@ def test_on_postgres_the_holder_hears_a_pause_and_runs_a_trigger_while_it_runs(p
         assert keys(pg_dsn, "list").stdout.splitlines()[1:] == []
     finally:
         a.close()
+
+
+def test_preview_of_a_paused_or_spent_key_runs_nothing_and_a_failing_next_run_is_an_error(
+    db: tuple[Path, str, ManualClock],
+) -> None:
+    path, url, clock = db
+    (path.parent / "jobs.py").write_text(
+        JOBS + "\n\ndef broken(now, key, data):\n    raise RuntimeError('no')\n\nNUMBER = 4\n"
+    )
+    assert keys(url, "pause", "report").returncode == 0
+    paused = keys(url, "preview", "report", "--next-run", "jobs:every_minute", "--json", cwd=path.parent)
+    assert paused.returncode == 0 and json.loads(paused.stdout) == []
+    keyed = life(path, clock)
+    keyed.upsert(7, {"every": 1}, max_runs=3)  # (it ran 3 times already: none left)
+    keyed.close()
+    spent = keys(url, "preview", "7", "--next-run", "jobs:every_minute", "--json", cwd=path.parent)
+    assert spent.returncode == 0 and json.loads(spent.stdout) == []
+    assert keys(url, "resume", "report").returncode == 0
+    failing = keys(url, "preview", "report", "--next-run", "jobs:broken", cwd=path.parent)
+    assert failing.returncode == 1 and "RuntimeError" in failing.stderr
+    number = keys(url, "preview", "report", "--next-run", "jobs:NUMBER", cwd=path.parent)
+    assert number.returncode == 2 and "not callable" in number.stderr
+
+
+def test_the_command_makes_no_store_of_a_file_or_a_database_that_is_not_one(
+    tmp_path: Path, pg_dsn: str
+) -> None:
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    refused = keys(f"sqlite:///{empty}", "list")
+    assert refused.returncode == 1 and "not a timerwheel store" in refused.stderr
+    assert empty.read_bytes() == b""
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE customers (id int)")
+    app = keys(pg_dsn, "list")
+    assert app.returncode == 1 and "no timerwheel keys" in app.stderr
+    with psycopg.connect(pg_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('timerwheel_keys')").fetchone() == (None,)

@@ -1546,6 +1546,20 @@ def test_a_rerun_whose_key_a_remove_that_raised_after_its_commit_deleted_still_r
     assert [row.key for row in SQLiteStore(path).load()[0]] == ["job"]
 
 
+def test_a_rerun_of_a_finished_fire_whose_row_a_later_take_dropped_is_not_taken_again(path: Path) -> None:
+    """The rerun take of a fire missing from the log takes it anew (a remove that raised after its
+    commit deleted it), but not one before a later fire of its generation in the log: that one ran (its
+    finished row was dropped by the later take), and it must not run twice."""
+    store = SQLiteStore(path)
+    g = store.put(row("job", 1))
+    assert store.start_fire(row("job", g), 10, 10, False) == 1
+    store.finish_fire(None, "job", g, 10, 11, None)
+    assert store.start_fire(row("job", g), 20, 20, False) == 1  # (drops the finished row of 10)
+    assert store.start_fire(row("job", g), 10, 30, True) == 0
+    assert store.start_fire(row("job", g), 20, 40, True) == 2  # (its own unfinished take: a rerun)
+    store.close()
+
+
 def test_a_rerun_of_a_fire_older_than_the_latest_started_does_not_run_the_later_ones_again(
     path: Path, clock: ManualClock
 ) -> None:

@@ -108,6 +108,31 @@ def test_a_lifespan_that_cannot_make_its_keyed_scheduler_closes_what_it_started(
     with pytest.raises(TypeError, match="make must be a callable"):
         lifespan(42)  # type: ignore[arg-type]
 
+    async def wrong(sched: Any) -> Any:  # (a coroutine function is awaited: here it gives a wrong type)
+        return sched
+
+    async def main2() -> None:
+        with pytest.raises(TypeError, match="gave a AsyncScheduler, not a KeyedScheduler"):
+            async with lifespan(wrong)(App()):
+                pass
+
+    asyncio.run(main2())
+
+
+def test_a_lifespan_awaits_an_async_make() -> None:
+    class App:
+        class state:
+            pass
+
+    async def make(sched: Any) -> KeyedScheduler:
+        return KeyedScheduler(sched, lambda now, key, data: now + timedelta(hours=1), lambda k, d: None)
+
+    async def main() -> None:
+        async with lifespan(make)(App()):
+            assert isinstance(App.state.keyed, KeyedScheduler) and App.state.keyed.get("x") is None
+
+    asyncio.run(main())
+
 
 SETTINGS = """
 SECRET_KEY = "test"
@@ -188,3 +213,17 @@ def test_the_django_worker_says_what_is_missing(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 1 and "settings.TIMERWHEEL_KEYED must name a factory" in done.stderr
+    (tmp_path / "tw_settings.py").write_text(SETTINGS)
+    (tmp_path / "tw_jobs.py").write_text(
+        JOBS.replace("    return keyed", "    keyed.start()\n    return keyed")
+    )
+    started = subprocess.run(
+        [sys.executable, "-m", "django", "timerwheel_worker", "--seconds", "0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 1 and "could not start" in started.stderr  # (a factory that started it)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import urllib.request
 from datetime import datetime
 from typing import Any
@@ -147,3 +148,69 @@ def test_bad_arguments_are_refused_naming_them() -> None:
         register_prometheus({})
     with pytest.raises(TypeError, match=r"schedulers\['x'\] has no stats"):
         register_prometheus({"x": object()})
+
+
+def test_an_asyncio_scheduler_is_read_on_its_loop_when_scraped_from_another_thread() -> None:
+    """A Prometheus server thread (or an OpenTelemetry exporter's) scrapes an AsyncScheduler, whose
+    methods belong to its loop's thread: its stats are read there. (It used to fail the whole scrape.)"""
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from timerwheel import AsyncScheduler
+
+    async def main() -> str:
+        sched = AsyncScheduler()
+        sched.start()
+        try:
+            registry = prometheus_client.CollectorRegistry()
+            register_prometheus({"loop": sched}, registry=registry)
+            async with sched.timeout(60):
+                text = await asyncio.get_running_loop().run_in_executor(
+                    None, prometheus_client.generate_latest, registry
+                )
+            return text.decode()
+        finally:
+            await sched.aclose()
+
+    text = asyncio.run(main())
+    assert 'timerwheel_timers_pending{kind="timeouts",scheduler="loop"} 1.0' in text
+
+
+def test_the_same_series_twice_are_refused_and_one_failing_scheduler_leaves_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    _, sched, keyed = running()
+    registry = prometheus_client.CollectorRegistry()
+    register_prometheus({"jobs": keyed}, registry=registry)
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        register_prometheus({"jobs": keyed}, registry=registry)
+    with pytest.raises(ValueError, match="two names are the same"):
+        register_prometheus({1: keyed, "1": sched})
+
+    class Broken:
+        def stats(self) -> Any:
+            raise RuntimeError("its store is gone")
+
+    found = samples({"jobs": keyed, "broken": Broken()})
+    assert {s.labels["scheduler"] for s in found} == {"jobs"}
+    assert "its store is gone" in caplog.text
+
+
+def test_one_opentelemetry_collection_reads_the_schedulers_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    import timerwheel.metrics as metrics
+
+    _, sched, keyed = running()
+    reads = []
+    real = metrics.samples
+    monkeypatch.setattr(metrics, "samples", lambda *a, **k: reads.append(1) or real(*a, **k))
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics.register_opentelemetry(provider.get_meter("test"), {"jobs": keyed, "engine": sched})
+    reads.clear()
+    monkeypatch.setattr(metrics.time, "monotonic", lambda: 1e9)  # (a collection a while later)
+    reader.get_metrics_data()
+    assert len(reads) == 1  # (not one per instrument: 27 of them)
+    provider.shutdown()

@@ -19,6 +19,7 @@ Starlette is imported: any ASGI framework whose lifespan is an async context man
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -29,12 +30,13 @@ __all__ = ["lifespan"]
 
 
 def lifespan(
-    make: Callable[[AsyncScheduler], KeyedScheduler | None] | None = None, **options: Any
+    make: Callable[[AsyncScheduler], Any] | None = None, **options: Any
 ) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
     """An ASGI lifespan (Starlette's and FastAPI's `lifespan=`): at startup an AsyncScheduler(**options)
     on the app's loop, in `app.state.scheduler`, and `make(scheduler)`'s KeyedScheduler, started, in
-    `app.state.keyed` (None without `make`); both closed at shutdown, the KeyedScheduler first. If
-    `make` or a start raises, what was started is closed and the app does not start."""
+    `app.state.keyed` (None without `make`); both closed at shutdown, the KeyedScheduler first. `make`
+    may be a coroutine function. If `make` or a start raises (TypeError: make gave something else than a
+    KeyedScheduler or None), what was started is closed and the app does not start."""
     if make is not None and not callable(make):
         raise TypeError(f"make must be a callable taking the AsyncScheduler, not {type(make).__name__}")
 
@@ -44,7 +46,12 @@ def lifespan(
         sched.start()
         keyed: KeyedScheduler | None = None
         try:
-            keyed = None if make is None else make(sched)
+            made = None if make is None else make(sched)
+            keyed = await made if inspect.isawaitable(made) else made  # (an async def make, too)
+            if keyed is not None and not isinstance(keyed, KeyedScheduler):
+                raise TypeError(
+                    f"make(scheduler) gave a {type(keyed).__name__}, not a KeyedScheduler or None"
+                )
             if keyed is not None:
                 keyed.start()
             app.state.scheduler, app.state.keyed = sched, keyed

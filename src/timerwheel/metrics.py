@@ -22,7 +22,12 @@ series (its next run, its runs) only with `per_key=True`, for a few hundred keys
 
 from __future__ import annotations
 
+import concurrent.futures
+import logging
 import math
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +36,11 @@ from ._keyed import LATENESS_BUCKETS, KeyedScheduler, KeyedStats
 from ._types import Stats
 
 __all__ = ["PrometheusCollector", "register_opentelemetry", "register_prometheus", "samples"]
+
+logger = logging.getLogger("timerwheel")
+
+#: How long a collection waits for an AsyncScheduler's loop to read its stats (seconds)
+LOOP_READ_TIMEOUT = 2.0
 
 #: The kinds of plain timers Stats counts apart (the rest of Stats.timers is kind "other").
 TIMER_KINDS = ("keys", "handles", "timeouts", "sleeps", "deadlines")
@@ -89,14 +99,44 @@ def samples(schedulers: Mapping[str, Any], *, per_key: bool = False) -> list[Sam
     out: list[Sample] = []
     for name, scheduler in schedulers.items():
         label = {"scheduler": str(name)}
-        stats = scheduler.stats()
-        if isinstance(stats, KeyedStats):
-            out += _keyed(scheduler, stats, label, per_key)
-        elif isinstance(stats, Stats):
-            out += _engine(stats, label)
-        else:
-            raise TypeError(f"{name!r}: stats() gave a {type(stats).__name__}, not Stats or KeyedStats")
+        try:
+            stats = _stats(scheduler)
+            if isinstance(stats, KeyedStats):
+                out += _keyed(scheduler, stats, label, per_key)
+            elif isinstance(stats, Stats):
+                out += _engine(stats, label)
+            else:
+                raise TypeError(f"stats() gave a {type(stats).__name__}, not Stats or KeyedStats")
+        except Exception as exc:  # (the others' figures still go out: one scheduler's trouble is its own)
+            logger.warning("timerwheel: the metrics of scheduler %r could not be read: %r", name, exc)
     return out
+
+
+def _stats(scheduler: Any) -> Any:
+    """Its stats(), read on its event loop's thread if it is an AsyncScheduler asked from another thread
+    (its methods belong to its loop's thread: a Prometheus server thread, an OpenTelemetry exporter's)."""
+    module = sys.modules.get("timerwheel._drivers.asyncio")  # (imported if any AsyncScheduler exists)
+    if module is None or not isinstance(scheduler, module.AsyncScheduler):
+        return scheduler.stats()
+    import asyncio
+
+    loop = module.loop_of(scheduler)
+    try:
+        here = asyncio.get_running_loop()
+    except RuntimeError:  # (no loop runs on this thread)
+        here = None
+    if here is loop or not loop.is_running():
+        return scheduler.stats()
+    done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def read() -> None:
+        try:
+            done.set_result(scheduler.stats())
+        except BaseException as exc:
+            done.set_exception(exc)
+
+    loop.call_soon_threadsafe(read)
+    return done.result(timeout=LOOP_READ_TIMEOUT)
 
 
 def _engine(stats: Stats, label: dict[str, str]) -> list[Sample]:
@@ -139,7 +179,7 @@ def _keyed(keyed: KeyedScheduler, stats: KeyedStats, label: dict[str, str], per_
     )
     if per_key:
         for key, info in keyed.snapshot().items():
-            labels = {**label, "key": str(key)}
+            labels = {**label, "key": str(key), "key_type": type(key).__name__}  # (1 and "1": two keys)
             at = math.nan if info.next_run_at is None else info.next_run_at.timestamp()
             out.append(
                 Sample("timerwheel_key_next_run_timestamp_seconds", "gauge", "A key's next run.", labels, at)
@@ -160,7 +200,9 @@ class PrometheusCollector:
         self.per_key = per_key
 
     def describe(self) -> list[Any]:
-        return []  # (collected at each scrape: nothing to read at registration)
+        """What it collects, read once at registration: a registry refuses a second collector of the
+        same series (the same schedulers registered twice)."""
+        return list(self.collect())
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
@@ -212,10 +254,20 @@ def register_opentelemetry(meter: Any, schedulers: Mapping[str, Any], *, per_key
 
     _check(schedulers)
     first = samples(schedulers, per_key=per_key)
+    lock = threading.Lock()
+    cache: list[Any] = [time.monotonic(), first]
+
+    def current() -> list[Sample]:
+        """The figures of this collection: read once for all its instruments (their callbacks come one
+        after another), at most every half a second."""
+        with lock:
+            if time.monotonic() - cache[0] > 0.5:
+                cache[:] = [time.monotonic(), samples(schedulers, per_key=per_key)]
+            return list(cache[1])
 
     def reader(name: str, part: str) -> Callable[[Any], Iterable[Any]]:
         def read(options: Any) -> Iterable[Any]:
-            for s in samples(schedulers, per_key=per_key):
+            for s in current():
                 if s.name == name:
                     value = s.value if part == "value" else s.total if part == "sum" else s.count
                     yield Observation(value, s.labels)
@@ -241,6 +293,8 @@ def register_opentelemetry(meter: Any, schedulers: Mapping[str, Any], *, per_key
 def _check(schedulers: Mapping[str, Any]) -> None:
     if not isinstance(schedulers, Mapping) or not schedulers:
         raise TypeError("schedulers must be a non-empty mapping of names to schedulers, e.g. {'jobs': keyed}")
+    if len({str(name) for name in schedulers}) < len(schedulers):
+        raise ValueError(f"schedulers: two names are the same as labels: {sorted(map(str, schedulers))}")
     for name, scheduler in schedulers.items():
         if not callable(getattr(scheduler, "stats", None)):
             raise TypeError(f"schedulers[{name!r}] has no stats(): give a timerwheel scheduler")

@@ -48,6 +48,8 @@ def store_from_url(url: str) -> SQLiteStore | PostgresStore:
         path = path[1:]
         if not os.path.isfile(path):
             raise StoreError(f"there is no SQLite file {path!r}")
+        if not _a_store_file(path):  # (opening it would make it one: the command creates no store)
+            raise StoreError(f"the SQLite file {path!r} is not a timerwheel store (it has no keys table)")
         try:
             return SQLiteStore(path)
         except StoreError as exc:
@@ -57,10 +59,51 @@ def store_from_url(url: str) -> SQLiteStore | PostgresStore:
                 ) from None
             raise
     if url.startswith(("postgresql://", "postgres://")) or ("=" in url and "://" not in url):
-        store = PostgresStore(url)
-        store.detach([])  # (an operator: it holds no key, and counts for no share of them)
+        _has_keys(url)
+        store = PostgresStore(url, share=False)  # (an operator's: it holds no key, counts for no share)
+        store.detach([])
         return store
     raise ValueError(f"--store must be sqlite:///path.db or a PostgreSQL DSN (postgresql://...), not {url!r}")
+
+
+def _a_store_file(path: str) -> bool:
+    """Whether the SQLite file has timerwheel's tables (read only; a file of another kind: False)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'timerwheel_keys'").fetchone()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return True  # (locked by its owner, or damaged: the store's own open says which)
+    return found is not None
+
+
+def _has_keys(dsn: str) -> None:
+    """StoreError unless the database has timerwheel's tables: the command never creates them in an
+    application's database."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise StoreError(f"psycopg is needed for a PostgreSQL store: {exc}") from None
+    try:
+        with psycopg.connect(dsn, connect_timeout=10) as conn:
+            found = conn.execute("SELECT to_regclass('timerwheel_keys')").fetchone()
+    except psycopg.Error as exc:
+        message = str(exc).strip()
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+
+            secret = conninfo_to_dict(dsn).get("password")
+        except psycopg.Error:
+            secret = None
+        if secret:  # (libpq may quote the whole URI)
+            message = message.replace(str(secret), "***")
+        raise StoreError(f"cannot use the PostgreSQL store: {message}") from None
+    if found is None or found[0] is None:
+        raise StoreError("the PostgreSQL database has no timerwheel keys (no timerwheel_keys table)")
 
 
 class StoreKeys:

@@ -152,6 +152,7 @@ def _show(keys: StoreKeys, key: Hashable, as_json: bool, out: TextIO) -> int:
 
 def _preview(keys: StoreKeys, key: Hashable, args: argparse.Namespace, out: TextIO) -> int:
     from .._engine import Scheduler
+    from .keys import KeyState
     from .scheduler import KeyedScheduler
 
     view = keys.get(key)
@@ -160,16 +161,32 @@ def _preview(keys: StoreKeys, key: Hashable, args: argparse.Namespace, out: Text
     module, _, name = args.next_run.partition(":")
     try:
         next_run = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        print(f"error: --next-run {args.next_run!r} cannot be imported: {exc}", file=sys.stderr)
+    except Exception as exc:
+        print(f"error: --next-run {args.next_run!r} cannot be imported: {exc!r}", file=sys.stderr)
         return 2
-    keyed = KeyedScheduler(Scheduler(), next_run, lambda key, data: None)
-    try:
-        keyed.upsert(key, view.data, **_upsert_options(view.options))
-        start = datetime.now(UTC)
-        entries = keyed.preview(key, start, start + timedelta(hours=args.hours), limit=args.limit)
-    finally:
-        keyed.close()
+    if not callable(next_run):
+        print(
+            f"error: --next-run {args.next_run!r} is a {type(next_run).__name__}, not callable",
+            file=sys.stderr,
+        )
+        return 2
+    options = _upsert_options(view.options)
+    if view.state == "paused" or (options.get("max_runs") is not None and view.runs >= options["max_runs"]):
+        entries = []  # (paused: nothing runs until it is resumed; its runs spent: nothing more)
+    else:
+        if options.get("max_runs") is not None:
+            options["max_runs"] -= view.runs  # (the runs it has left)
+        keyed = KeyedScheduler(Scheduler(), next_run, lambda key, data: None)
+        try:
+            keyed.upsert(key, view.data, **options)
+            info = keyed.get(key)
+            if info is not None and info.state is KeyState.INVALID:
+                print(f"error: {args.next_run} fails for {args.key}: {info.last_error}", file=sys.stderr)
+                return 1
+            start = datetime.now(UTC)
+            entries = keyed.preview(key, start, start + timedelta(hours=args.hours), limit=args.limit)
+        finally:
+            keyed.close()
     if args.json:
         _dump([_entry_json(e) for e in entries], out)
     else:

@@ -692,11 +692,13 @@ class SQLiteStore:
                 if not taken:
                     # A fire the log lost (a remove or a replacement of its key that raised after its
                     # commit, so that this life kept the key: for its caller, nothing changed): taken
-                    # anew, as a rerun. One it finished stays finished.
+                    # anew, as a rerun. One it finished stays finished, and one before a later fire of
+                    # its generation in the log (that one started: this one ran, or was decided) is not.
                     taken = db.execute(
                         "INSERT INTO timerwheel_fires (key, generation, scheduled_for, started_at, "
-                        "attempts) VALUES (?, ?, ?, ?, 2) ON CONFLICT DO NOTHING",
-                        (*fire, started_at),
+                        "attempts) SELECT ?, ?, ?, ?, 2 WHERE NOT EXISTS (SELECT 1 FROM timerwheel_fires "
+                        "WHERE key = ? AND generation = ? AND scheduled_for >= ?)",
+                        (*fire, started_at, *fire),
                     ).rowcount
             else:
                 # A fire new to the log, or an unfinished one: the same take again, after a commit whose

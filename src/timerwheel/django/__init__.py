@@ -4,8 +4,9 @@ returns a KeyedScheduler, not started), and run it as a worker process:
 
     python manage.py timerwheel_worker            # until SIGINT or SIGTERM; --seconds N for a bounded run
 
-The worker starts the KeyedScheduler (on the ThreadedScheduler your factory gave it), logs what it runs
-through Django's logging, and closes it on a signal (a run going on ends first with
-wait_running_on_close). Web processes keep the keys (upsert, pause, trigger) through the same store: a
-SQLiteStore has one owner, so with several processes use PostgresStore.
+The worker starts the KeyedScheduler (on the ThreadedScheduler your factory gave it) and closes it on a
+signal (a run going on ends first with wait_running_on_close; a second signal stops it at once). Failed
+runs are logged by the library's logger, "timerwheel", as everywhere: give it a handler in LOGGING.
+Web processes keep the keys (upsert, pause, trigger) through the same store: a SQLiteStore has one
+owner, so with several processes use PostgresStore.
 """

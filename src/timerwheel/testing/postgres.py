@@ -16,6 +16,7 @@ to the `postgres` user and the binaries run as that user (runuser).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shutil
@@ -91,7 +92,10 @@ class PostgresServer:
                     "fsync = off\nmax_connections = 200\nshared_buffers = 64MB\n"
                 )
             self.resume()
-        except BaseException:
+        except BaseException:  # (Ctrl-C during pg_ctl start too: a server that came up is stopped)
+            if os.path.exists(os.path.join(self._data, "postmaster.pid")):
+                with contextlib.suppress(Exception):
+                    self._run("pg_ctl", "-D", self._data, "-m", "immediate", "-w", "stop")
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
         self.dsn = f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres"
@@ -175,35 +179,33 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m timerwheel.testing.postgres`: start a server, print its DSN, stop it on Ctrl-C (or
-    SIGTERM, or after --seconds)."""
+    SIGTERM, SIGHUP, or after --seconds), removing its data."""
     parser = argparse.ArgumentParser(
         prog="python -m timerwheel.testing.postgres", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seconds", type=float, help="stop after this many seconds (default: on Ctrl-C)")
     args = parser.parse_args(argv)
+    if args.seconds is not None and not 0 <= args.seconds < 10**9:
+        parser.error(f"--seconds must be a number of seconds >= 0, not {args.seconds}")
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):  # (before startup: none leaves it)
+        if signum is not None:
+            signal.signal(signum, _interrupt)
     try:
         server = PostgresServer()
+    except KeyboardInterrupt:
+        return 1
     except (FileNotFoundError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         print(f"error: {exc} {detail.decode(errors='replace').strip()}".strip(), file=sys.stderr)
         return 1
-    signal.signal(signal.SIGTERM, _interrupt)  # (a service manager's stop, too, removes its data)
     try:
         print(server.dsn, flush=True)
+        how = "Ctrl-C stops it" if args.seconds is None else f"it stops in {args.seconds:g} s"
         print(
-            f"# a throwaway PostgreSQL on 127.0.0.1:{server.port}; "
-            + (
-                "Ctrl-C stops it and removes its data"
-                if args.seconds is None
-                else f"stops in {args.seconds:g} s"
-            ),
+            f"# a throwaway PostgreSQL on 127.0.0.1:{server.port}; {how} and removes its data",
             file=sys.stderr,
-            flush=True,
         )
-        if args.seconds is None:
-            while True:
-                time.sleep(3600)
-        time.sleep(args.seconds)
+        time.sleep(10**9 if args.seconds is None else args.seconds)
     except KeyboardInterrupt:
         pass
     finally:

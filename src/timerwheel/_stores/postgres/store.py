@@ -70,6 +70,8 @@ class PostgresStore:
             lease + lease/3 seconds.
         lock_timeout: seconds a statement may wait for a lock (PostgreSQL's lock_timeout).
         statement_timeout: seconds a statement may take (PostgreSQL's statement_timeout).
+        share: False for a store that holds no key (an operator's: the keys command): from its first
+            commit, it counts for no share of the keys, so that no process gives keys up to it.
 
     Raises:
         TypeError: dsn is not a str; lease, lock_timeout or statement_timeout is not a number.
@@ -82,7 +84,13 @@ class PostgresStore:
     shared = True
 
     def __init__(
-        self, dsn: str, *, lease: float = 30.0, lock_timeout: float = 1.0, statement_timeout: float = 30.0
+        self,
+        dsn: str,
+        *,
+        lease: float = 30.0,
+        lock_timeout: float = 1.0,
+        statement_timeout: float = 30.0,
+        share: bool = True,
     ) -> None:
         if not isinstance(dsn, str):
             raise TypeError(f"dsn must be a str, not {type(dsn).__name__}")
@@ -121,9 +129,9 @@ class PostgresStore:
                 # Its lease (the owner row that every key it holds names): what it upserts before its
                 # KeyedScheduler starts is held for a lease from now; the keeper renews it from then on.
                 db.main.get().execute(
-                    "INSERT INTO timerwheel_leases (id, lease_until) VALUES (%s, clock_timestamp() + "
-                    "make_interval(secs => %s))",
-                    (self.owner_id, lease),
+                    "INSERT INTO timerwheel_leases (id, lease_until, sharing) VALUES (%s, "
+                    "clock_timestamp() + make_interval(secs => %s), %s)",
+                    (self.owner_id, lease, bool(share)),
                 )
         except StoreError:
             db.main.drop()

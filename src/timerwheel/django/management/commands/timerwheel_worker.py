@@ -30,20 +30,36 @@ class Command(BaseCommand):
                 "'myapp.jobs.make_keyed' (a callable of no argument)"
             )
         try:
-            keyed = import_string(path)()
+            factory = import_string(path)
         except ImportError as exc:
             raise CommandError(f"settings.TIMERWHEEL_KEYED = {path!r} cannot be imported: {exc}") from None
+        try:
+            keyed = factory()
+        except Exception as exc:
+            raise CommandError(f"{path}() raised {exc!r}") from exc
         if not isinstance(keyed, KeyedScheduler):
             raise CommandError(f"{path}() gave a {type(keyed).__name__}, not a KeyedScheduler")
         stop = threading.Event()
+
+        def stopping(signum: int, frame: Any) -> None:
+            if stop.is_set():  # (a second signal while it closes: out now, the runs going on abandoned)
+                raise KeyboardInterrupt
+            stop.set()
+
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-        keyed.start()
-        self.stdout.write(f"timerwheel worker: {len(keyed)} keys; stop with SIGINT or SIGTERM", ending="\n")
-        self.stdout.flush()
+            signal.signal(signum, stopping)
         try:
+            keyed.start()
+            self.stdout.write(f"timerwheel worker: {len(keyed)} keys; stop with SIGINT or SIGTERM")
+            self.stdout.flush()
             stop.wait(options["seconds"])
+        except Exception as exc:
+            raise CommandError(f"the KeyedScheduler could not start: {exc!r}") from exc
         finally:
-            keyed.close()
+            try:
+                keyed.close()
+            except KeyboardInterrupt:
+                self.stderr.write("timerwheel worker: stopped at once; the runs going on were not awaited")
+                raise SystemExit(1) from None
         stats = keyed.stats()
         self.stdout.write(f"timerwheel worker: stopped after {stats.started} runs ({stats.failed} failed)")
