@@ -109,6 +109,7 @@ FOUND_ALL = [
     ("sqlite", 975068, "oracle: a step forward is noticed at the next wake: its fires are late till then"),
     ("sqlite", 990008, "a rerun whose key a remove that raised after its commit deleted was dropped"),
     ("memory", 1300099, "a catch-up queue a pause held was dropped by the resume once its window ended"),
+    ("memory", 7300270, "oracle: a trigger still waiting behind its key's long catch-up queue"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (

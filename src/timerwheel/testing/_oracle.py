@@ -346,6 +346,8 @@ class Oracle:
                 continue  # (ran; or a later fire ran for it: taken as it came, or overdue, from a catch-up)
             if skips or change["data"][1] is Overlap.SKIP:
                 continue
+            if self._trigger_waits(key, at):
+                continue  # (behind the key's queue of fires to run at once: a long catch-up, one by one)
             if any(
                 c["asked"] >= asked
                 and c["what"] != "trigger"
@@ -688,6 +690,14 @@ class Oracle:
             elif c["what"] == "resume" and c["returned"] is not None:
                 paused = False
         return paused
+
+    def _trigger_waits(self, key: Hashable, at: int) -> bool:
+        """Whether the key's holder still has that trigger, not run yet (in its queue of fires to run at
+        once, behind a catch-up or a rerun: the `progress` invariant judges a queue that does not move)."""
+        holder = self.cluster.holder(key)
+        rec = None if holder is None else holder.keyed._table.keys.get(key)
+        trigger = None if rec is None else rec.triggered
+        return trigger is not None and round(trigger.at * 1e6) == at
 
     def _behind(self, key: Hashable, point: float) -> bool:
         """Whether the key's holder has not come to the point yet: its next run is at or before it (a
