@@ -197,33 +197,26 @@ def test_the_django_worker_runs_the_keyed_scheduler_until_sigterm(tmp_path: Path
 
 def test_the_django_worker_says_what_is_missing(tmp_path: Path) -> None:
     pytest.importorskip("django", reason="pip install django (the test extra has it)")
-    (tmp_path / "tw_settings.py").write_text(SETTINGS.replace('TIMERWHEEL_KEYED = "tw_jobs.make_keyed"', ""))
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
         "DJANGO_SETTINGS_MODULE": "tw_settings",
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "django", "timerwheel_worker", "--seconds", "0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def worker(settings: str, jobs: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "tw_settings.py").write_text(settings)
+        (tmp_path / "tw_jobs.py").write_text(jobs)
+        return subprocess.run(
+            [sys.executable, "-m", "django", "timerwheel_worker", "--seconds", "0"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    done = worker(SETTINGS.replace('TIMERWHEEL_KEYED = "tw_jobs.make_keyed"', ""), JOBS)
     assert done.returncode == 1 and "settings.TIMERWHEEL_KEYED must name a factory" in done.stderr
-    (tmp_path / "tw_settings.py").write_text(SETTINGS)
-    (tmp_path / "tw_jobs.py").write_text(
-        JOBS.replace("    return keyed", "    keyed.start()\n    return keyed")
-    )
-    started = subprocess.run(
-        [sys.executable, "-m", "django", "timerwheel_worker", "--seconds", "0"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    started = worker(SETTINGS, JOBS.replace("    return keyed", "    keyed.start()\n    return keyed"))
     assert started.returncode == 1 and "could not start" in started.stderr  # (a factory that started it)
