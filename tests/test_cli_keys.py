@@ -175,6 +175,72 @@ def test_unknown_keys_bad_urls_and_a_file_in_use_are_refused_saying_why(
     assert keys(url, "pause", "report").returncode == 0
 
 
+def test_an_int_key_is_named_by_the_digits_str_writes_and_no_other_spelling(
+    db: tuple[Path, str, ManualClock],
+) -> None:
+    _, url, _ = db
+    assert keys(url, "show", "7").returncode == 0
+    for spelling in ("07", "+7", " 7", "7 ", "\u0667"):  # (int() reads each; none names key 7)
+        assert keys(url, "pause", spelling).stdout == f"{spelling}: no such key\n"
+    assert json.loads(keys(url, "list", "--json").stdout)[1]["state"] == "pending"
+
+
+def test_with_json_a_failure_is_json_on_stdout_as_well_as_on_stderr(
+    db: tuple[Path, str, ManualClock], tmp_path: Path
+) -> None:
+    path, url, clock = db
+    nofile = keys(f"sqlite:///{tmp_path / 'none.db'}", "list", "--json")
+    assert nofile.returncode == 1 and "there is no SQLite file" in json.loads(nofile.stdout)["error"]
+    keyed = life(path, clock)  # (the file is in use: the command is refused)
+    busy = keys(url, "show", "report", "--json")
+    keyed.close()
+    assert busy.returncode == 1 and "owned by another store" in json.loads(busy.stdout)["error"]
+    assert "owned by another store" in busy.stderr
+
+
+def test_a_table_shows_each_key_on_one_line_escaped_and_cuts_a_long_one(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    clock = ManualClock(0.0, wall=T0)
+    keyed = life(path, clock)
+    odd, long = "two\nlines\x1b[31m", "k" * 200
+    keyed.upsert(odd, {"every": 1})
+    keyed.upsert(long, {"every": 1})
+    keyed.close()
+    url = f"sqlite:///{path}"
+    lines = keys(url, "list").stdout.splitlines()
+    assert len(lines) == 3 and "\x1b" not in "".join(lines)
+    assert lines[1].startswith("k" * 57 + "... ") and lines[2].startswith("two\\nlines\\x1b[31m ")
+    assert [k["key"] for k in json.loads(keys(url, "list", "--json").stdout)] == [long, odd]  # (whole)
+    assert keys(url, "show", odd).stdout.startswith("key " + " " * 10 + "two\\nlines\\x1b[31m\n")
+
+
+def test_on_postgres_a_row_it_cannot_read_is_listed_as_such_and_the_other_keys_still_work(
+    pg_dsn: str,
+) -> None:
+    """As the holders do, the command passes over a row it cannot read: listed "unreadable" with the
+    reason, refused for a pause or a trigger, removable; the keys beside it are listed and changed."""
+    import psycopg
+
+    a = Node(pg_dsn, collections.Counter(), next_run=every(3600))
+    a.keyed.upsert("bad", {"every": 1})
+    a.keyed.upsert("good", {"every": 1})
+    a.close()
+    with psycopg.connect(pg_dsn) as conn:
+        conn.execute("UPDATE timerwheel_keys SET data = 'not json' WHERE key = %s", ('"bad"',))
+    listed = json.loads(keys(pg_dsn, "list", "--json").stdout)
+    assert [(k["key"], k["state"]) for k in listed] == [("bad", "unreadable"), ("good", "pending")]
+    assert "the row of key '\"bad\"' in timerwheel_keys: its data is not JSON" in listed[0]["last_error"]
+    assert "unreadable" in keys(pg_dsn, "list").stdout.splitlines()[1]
+    assert keys(pg_dsn, "pause", "good").returncode == 0
+    refused = keys(pg_dsn, "trigger", "bad")
+    assert refused.returncode == 1 and "remove the key, or correct its row" in refused.stderr
+    assert keys(pg_dsn, "show", "bad").returncode == 0
+    assert keys(pg_dsn, "remove", "bad").stdout == "removed bad\n"
+    assert [(k["key"], k["state"]) for k in json.loads(keys(pg_dsn, "list", "--json").stdout)] == [
+        ("good", "paused")
+    ]
+
+
 def test_an_operators_store_counts_for_no_share_from_its_first_commit(pg_dsn: str) -> None:
     from timerwheel import PostgresStore
 

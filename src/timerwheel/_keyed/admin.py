@@ -14,17 +14,19 @@ from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from .._stores import PostgresStore, SQLiteStore, StoredKey, StoreError
+from .._stores import PostgresStore, SQLiteStore, StoredKey, StoreError, stored_key
 from .keys import HistoryEntry, entry_of
 
-__all__ = ["KeyView", "StoreKeys", "store_from_url"]
+__all__ = ["UNREADABLE", "KeyView", "StoreKeys", "store_from_url"]
+
+UNREADABLE = "unreadable"  # the state of a row this timerwheel cannot read
 
 
 class KeyView(NamedTuple):
     """A key as its store has it (not as a process's memory has it): for operators."""
 
     key: Hashable
-    state: str  # a KeyState's value, or "paused"
+    state: str  # a KeyState's value, "paused", or UNREADABLE (last_error says why)
     next_run_at: datetime | None
     last_started: datetime | None  # the scheduled time of its latest fire taken to run
     last_error: str | None
@@ -117,26 +119,26 @@ class StoreKeys:
         self.store.close()
 
     def keys(self) -> list[KeyView]:
-        """Every key, in key order (str keys, then int keys)."""
+        """Every key, in key order (str keys, then int keys). A PostgreSQL row this timerwheel cannot
+        read is a key in state "unreadable" with the reason as its last_error (its holders pass over it);
+        a SQLite file with one is refused whole, as a KeyedScheduler refuses it (a StoreError)."""
         if isinstance(self.store, PostgresStore):
-            views = [_view(row, owner, live) for row, owner, live in self.store.rows()]
+            views = [_view(row, owner, live, text) for text, row, owner, live in self.store.rows()]
         else:
             views = [_view(row, None, False) for row in self.store.load()[0]]
         return sorted(views, key=lambda v: (type(v.key) is int, v.key))
 
-    def find(self, text: str) -> Hashable | None:
-        """The stored key a command line's KEY names: the str key, or else the int key of those digits."""
-        rows = {view.key for view in self.keys()}
-        if text in rows:
-            return text
+    def find(self, text: str) -> KeyView | None:
+        """The stored key a command line's KEY names: the str key, or else the int key those digits
+        write (as str(key) does: "7", "-7", never "07" or "+7"); None: no such key."""
+        views = {view.key: view for view in self.keys()}
+        if text in views:
+            return views[text]
         try:
             number = int(text)
         except ValueError:
             return None
-        return number if number in rows else None
-
-    def get(self, key: Hashable) -> KeyView | None:
-        return next((view for view in self.keys() if view.key == key), None)
+        return views.get(number) if str(number) == text else None
 
     def history(self, key: Hashable) -> list[HistoryEntry]:
         """The key's history, newest first."""
@@ -186,7 +188,13 @@ def _at(us: int | None) -> datetime | None:
     return None if us is None else datetime.fromtimestamp(us / 1_000_000, UTC)
 
 
-def _view(row: StoredKey, owner: str | None, live: bool) -> KeyView:
+def _view(row: StoredKey | StoreError, owner: str | None, live: bool, text: str | None = None) -> KeyView:
+    if isinstance(row, StoreError):  # (its stored key decoded if it can be, or else as stored)
+        try:
+            key: Hashable = stored_key(text)
+        except ValueError:
+            key = text
+        return KeyView(key, UNREADABLE, None, None, str(row), 0, 0, None, None, None, owner, live)
     return KeyView(
         row.key,
         "paused" if row.paused else row.state,

@@ -23,10 +23,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from .._stores import StoreError
-from .admin import KeyView, StoreKeys
+from .admin import UNREADABLE, KeyView, StoreKeys
 from .keys import HistoryEntry, options_of
 
 COMMANDS = ("list", "show", "pause", "resume", "trigger", "remove", "preview")
+CELL = 60  # the widest a key, an owner or an error is shown in a table's column (show prints it whole)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,13 +71,11 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
     try:
         keys = StoreKeys(args.store)
     except (StoreError, ValueError, ImportError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, ValueError) else 1
+        return _error(args, out, exc, 2 if isinstance(exc, ValueError) else 1)
     try:
         return _run(keys, args, out)
     except StoreError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return _error(args, out, exc, 1)
     except BrokenPipeError:  # (piped into a program that stopped reading, such as head: quietly)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
@@ -91,17 +90,21 @@ def _run(keys: StoreKeys, args: argparse.Namespace, out: TextIO) -> int:
             _dump([_view_json(v) for v in views], out)
         else:
             rows = [
-                (_key(v.key), v.state, _when(v.next_run_at), _when(v.last_started), _owner(v)) for v in views
+                (_key(v.key, CELL), v.state, _when(v.next_run_at), _when(v.last_started), _owner(v))
+                for v in views
             ]
             _table(["KEY", "STATE", "NEXT RUN", "LAST STARTED", "OWNER"], rows, out)
         return 0
-    key = keys.find(args.key)
-    if key is None:
+    view = keys.find(args.key)
+    if view is None:
         return _missing(args, out)
     if args.command == "show":
-        return _show(keys, key, args.json, out)
+        return _show(keys, view, args.json, out)
+    if view.state == UNREADABLE and args.command != "remove":  # (its holders pass over it)
+        raise StoreError(f"{view.last_error}: remove the key, or correct its row")
+    key = view.key
     if args.command == "preview":
-        return _preview(keys, key, args, out)
+        return _preview(view, args, out)
     if args.command == "trigger":
         at = keys.trigger(key)
         if at is None:  # (removed meanwhile, or paused)
@@ -120,12 +123,8 @@ def _run(keys: StoreKeys, args: argparse.Namespace, out: TextIO) -> int:
     return _say(args, out, {"key": key, past: True}, f"{past} {args.key}")
 
 
-def _show(keys: StoreKeys, key: Hashable, as_json: bool, out: TextIO) -> int:
-    view = keys.get(key)
-    if view is None:
-        print(f"{key}: no such key", file=out)
-        return 1
-    history = keys.history(key)
+def _show(keys: StoreKeys, view: KeyView, as_json: bool, out: TextIO) -> int:
+    history = keys.history(view.key)
     if as_json:
         _dump({**_view_json(view), "history": [_entry_json(e) for e in history]}, out)
         return 0
@@ -134,7 +133,7 @@ def _show(keys: StoreKeys, key: Hashable, as_json: bool, out: TextIO) -> int:
         ("state", view.state),
         ("next run", _when(view.next_run_at)),
         ("last started", _when(view.last_started)),
-        ("last error", view.last_error or "-"),
+        ("last error", _cell(view.last_error or "-")),
         ("generation", str(view.generation)),
         ("runs", str(view.runs)),
         ("owner", _owner(view)),
@@ -150,14 +149,12 @@ def _show(keys: StoreKeys, key: Hashable, as_json: bool, out: TextIO) -> int:
     return 0
 
 
-def _preview(keys: StoreKeys, key: Hashable, args: argparse.Namespace, out: TextIO) -> int:
+def _preview(view: KeyView, args: argparse.Namespace, out: TextIO) -> int:
     from .._engine import Scheduler
     from .keys import KeyState
     from .scheduler import KeyedScheduler
 
-    view = keys.get(key)
-    if view is None:
-        return _missing(args, out)
+    key = view.key
     module, _, name = args.next_run.partition(":")
     try:
         next_run = getattr(importlib.import_module(module), name)
@@ -210,6 +207,14 @@ def _upsert_options(stored: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in found.items() if v is not None}
 
 
+def _error(args: argparse.Namespace, out: TextIO, exc: Exception, status: int) -> int:
+    """A failure: on stderr, and with --json as {"error": ...} on stdout too (for the script)."""
+    print(f"error: {exc}", file=sys.stderr)
+    if args.json:
+        _dump({"error": str(exc)}, out)
+    return status
+
+
 def _missing(args: argparse.Namespace, out: TextIO) -> int:
     return _say(args, out, {"key": args.key, "error": "no such key"}, f"{args.key}: no such key", 1)
 
@@ -249,7 +254,7 @@ def _history_table(entries: Sequence[HistoryEntry], out: TextIO) -> None:
             e.outcome,
             str(e.attempt),
             "-" if e.duration is None else f"{e.duration:.3f} s",
-            e.error or "",
+            _cell(e.error or "", CELL),
         )
         for e in entries
     ]
@@ -262,8 +267,16 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) ->
         print("  ".join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
 
 
-def _key(key: Hashable) -> str:
-    return str(key)
+def _cell(text: str, limit: int | None = None) -> str:
+    """A value as a table shows it: on one line (a control character escaped, as repr() writes it), at
+    most `limit` characters (cut, ending in "...")."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _key(key: Hashable, limit: int | None = None) -> str:
+    return _cell(str(key), limit)
 
 
 def _when(at: datetime | None) -> str:
@@ -273,4 +286,4 @@ def _when(at: datetime | None) -> str:
 def _owner(view: KeyView) -> str:
     if view.owner is None:
         return "-"
-    return view.owner if view.owner_live else f"{view.owner} (lease lapsed)"
+    return _cell(view.owner, CELL) + ("" if view.owner_live else " (lease lapsed)")

@@ -29,6 +29,7 @@ from .rows import (
     StoreError,
     decode_key,
     encode_key,
+    stored_key,
 )
 from .sqlite import SQLiteStore, abandon
 
@@ -49,4 +50,5 @@ __all__ = [
     "abandon",
     "decode_key",
     "encode_key",
+    "stored_key",
 ]

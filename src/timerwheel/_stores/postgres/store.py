@@ -594,10 +594,11 @@ class PostgresStore:
 
     # -- for tests and operators ----------------------------------------------------------------------
 
-    def rows(self) -> list[tuple[StoredKey, str | None, bool]]:
-        """Every key's row in key order, with the process that holds it (its owner id, or None) and
-        whether that process's lease is live: what `python -m timerwheel keys list` shows. A row this
-        timerwheel cannot read is a StoreError naming it."""
+    def rows(self) -> list[tuple[str, StoredKey | StoreError, str | None, bool]]:
+        """Every key's row in key order: its stored key (the JSON text), the row, the process that holds
+        it (its owner id, or None) and whether that process's lease is live: what `python -m timerwheel
+        keys list` shows. A row this timerwheel cannot read is, in its place, a StoreError naming it: the
+        holders pass over it and leave it as it is."""
         found = self._db.do(
             lambda conn: conn.execute(
                 f"SELECT {COLUMNS}, owner, EXISTS (SELECT 1 FROM timerwheel_leases l WHERE l.id = k.owner "
@@ -605,15 +606,17 @@ class PostgresStore:
             ).fetchall(),
             "read the keys",
         )
-        out = []
+        out: list[tuple[str, StoredKey | StoreError, str | None, bool]] = []
         for *columns, owner, live in found:
+            row: StoredKey | StoreError
             try:
-                out.append((key_row(*columns), owner, bool(live)))
+                row = key_row(*columns)
             except ValueError as exc:
-                raise StoreError(
+                row = StoreError(
                     f"the {self.name} has a row that this timerwheel cannot read: the row of key "
                     f"{columns[0]!r} in timerwheel_keys: {exc}"
-                ) from None
+                )
+            out.append((columns[0], row, owner, bool(live)))
         return out
 
     def held(self) -> int:
