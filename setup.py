@@ -5,6 +5,7 @@ extension on purpose. A build that fails (no C compiler, no Cython) is reported 
 without it: the pure-Python twin of the core is always installed.
 """
 
+import glob
 import os
 import sys
 
@@ -124,6 +125,21 @@ def extensions() -> list[Extension]:
     ]
 
 
+#: The compiled modules, as paths without their platform suffix (`.cpython-311-x86_64-linux-gnu.so`).
+BUILT = ("timerwheel/_core/_wheel_c", "timerwheel/_engine/_scheduler_c", "timerwheel/_drivers/_base_c")
+
+
+def remove_built() -> None:
+    """A build without the extension (TIMERWHEEL_NO_EXTENSIONS, no Cython, not CPython) removes the
+    compiled modules an earlier build of this checkout left: in build/ (a wheel would ship them) and in
+    src/ (an editable install would import them)."""
+    for root in ["src", *glob.glob(os.path.join("build", "lib*"))]:
+        for name in BUILT:
+            for path in glob.glob(os.path.join(root, name + ".*")):
+                if path.endswith((".so", ".pyd")):
+                    os.remove(path)
+
+
 def _newer(target: str, *sources: str) -> bool:
     """Whether a source is newer than the generated `target` (or `target` is missing)."""
     if not os.path.exists(target):
@@ -131,4 +147,7 @@ def _newer(target: str, *sources: str) -> bool:
     return any(os.path.getmtime(source) > os.path.getmtime(target) for source in sources)
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": OptionalBuildExt, "bdist_wheel": PureIfNotBuilt})
+EXTENSIONS = extensions()
+if not EXTENSIONS:
+    remove_built()
+setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": OptionalBuildExt, "bdist_wheel": PureIfNotBuilt})

@@ -87,3 +87,41 @@ def test_a_build_without_a_compiler_installs_the_pure_python_backend_and_says_wh
     backend, why = shown.stdout.splitlines()
     assert backend == "python"
     assert why.startswith("the Cython extension could not be built when timerwheel was installed")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the test copies a Linux or macOS compiled module")
+def test_a_build_without_extensions_removes_the_compiled_modules_an_earlier_build_left(
+    tmp_path: Path,
+) -> None:
+    """TIMERWHEEL_NO_EXTENSIONS=1: the compiled modules an earlier build left in build/ (a wheel would ship
+    them) and in src/ (an editable install would import them) are removed; the wheel is pure Python."""
+    pytest.importorskip("setuptools.command.bdist_wheel", reason="setuptools >= 70.1 builds the wheel")
+    src = tmp_path / "checkout"
+    src.mkdir()
+    _copy(src)
+    import sysconfig
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    plat = f"lib.{sysconfig.get_platform()}-{sys.implementation.cache_tag}"
+    stale = [
+        src / "src" / "timerwheel" / "_core" / f"_wheel_c{suffix}",
+        src / "build" / plat / "timerwheel" / "_engine" / f"_scheduler_c{suffix}",
+    ]
+    for path in stale:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"not a module")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", "dist", "."],
+        cwd=src,
+        env={**os.environ, "TIMERWHEEL_NO_EXTENSIONS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = (src / "dist").glob("*.whl")
+    assert wheel.name.endswith("-py3-none-any.whl"), wheel.name
+    with zipfile.ZipFile(wheel) as archive:
+        assert not [n for n in archive.namelist() if n.endswith((".so", ".pyd"))]
+    assert not [path for path in stale if path.exists()]

@@ -131,6 +131,33 @@ def test_queue_one_runs_the_first_fire_that_came_once_the_run_ends_and_no_more(s
     life.close()
 
 
+def test_a_fire_older_than_one_of_its_key_that_began_is_skipped_in_every_store(store: Any) -> None:
+    """The run of 10 goes on; at 19.5 the wall clock steps to 24 and a trigger (Overlap.ALLOW) begins
+    beside the run: a fire of 24. The fire of 20, due as the driver notices the step, waits behind the
+    run (Overlap.QUEUE_ONE). When the run ends it does not begin after the newer fire: it is skipped
+    (counted, in the history), the same in memory and in a file, and the key goes on at 30."""
+    life = Life(store, overlap=Overlap.QUEUE_ONE)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(19.5)
+    life.loop.set_wall(T0 + 24)
+    when = life.keyed.trigger("k", overlap=Overlap.ALLOW)
+    assert when == datetime.fromtimestamp(T0 + 24, UTC)
+    life.advance(0.5)
+    assert life.running() == [("k", 10.0), ("k", 24.0)]
+    life.finish("k", 10.0)
+    life.finish("k", 24.0)
+    life.advance(1)
+    assert [(at, start) for _, at, start in life.started] == [(10.0, 10.0), (24.0, 24.0)]
+    assert life.keyed.stats().skipped == 1
+    skipped = [e for e in life.keyed.history("k") if e.outcome == "skipped"]
+    assert [(e.scheduled_for, e.error) for e in skipped] == [
+        (datetime.fromtimestamp(T0 + 20, UTC), "a newer fire of the key began")
+    ]
+    assert life.keyed.get("k").next_run_at == datetime.fromtimestamp(T0 + 30, UTC)  # type: ignore[union-attr]
+    life.close()
+
+
 def test_replace_tells_the_running_run_to_stop_and_starts_at_once(store: Any) -> None:
     life = Life(store, overlap=Overlap.REPLACE)
     life.keyed.upsert("k")

@@ -110,6 +110,7 @@ FOUND_ALL = [
     ("sqlite", 990008, "a rerun whose key a remove that raised after its commit deleted was dropped"),
     ("memory", 1300099, "a catch-up queue a pause held was dropped by the resume once its window ended"),
     ("memory", 7300270, "oracle: a trigger still waiting behind its key's long catch-up queue"),
+    ("memory", 7300665, "a fire waiting behind a run began after a newer trigger that ran beside it"),
 ]
 FOUND_ALL_4 = [  # (four processes)
     (

@@ -824,19 +824,21 @@ def advancing(result: Any, scheduled_for: float) -> Any:
     return result
 
 
-def latest_started(rec: Key, scheduled_for: float, rerun: bool) -> float:
-    """The key's latest started fire once this one starts: this one, but for the rerun of an interrupted
-    fire older than the latest (a life whose wall clock ran ahead, then a restart on a right one)."""
+def latest_started(rec: Key, scheduled_for: float) -> float:
+    """The key's latest started fire once this one starts: this one, unless it is older than the latest
+    (a rerun after a life whose wall clock ran ahead; a fire that waited behind a run while a trigger
+    began beside it). It never moves back: no fire at or before it runs again, and a retry of an older
+    fire gives way to it."""
     latest = rec.last_scheduled_for
-    return scheduled_for if not rerun or latest is None or latest < scheduled_for else latest
+    return scheduled_for if latest is None or latest < scheduled_for else latest
 
 
-def since(rec: Key, wall_now: float, scheduled_for: float, rerun: bool) -> float:
+def since(rec: Key, wall_now: float, scheduled_for: float) -> float:
     """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
     stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
     at or before one that started runs again; nor before its catch-up's decision (Key.decided), so that
     no fire it reported missed runs after all."""
-    after = max(wall_now, latest_started(rec, scheduled_for, rerun))
+    after = max(wall_now, latest_started(rec, scheduled_for))
     decided = rec.decided
     if decided is not None and decided[0] == rec.generation and decided[1] > after:
         return decided[1]

@@ -529,6 +529,8 @@ class Runs:
             return None
         if rerun and self._gives_way(rec, generation, scheduled_for):
             return None  # (a retry of a fire older than one that began since)
+        if not rerun and self._passed(rec, generation, scheduled_for):
+            return None  # (older than one of its key that began since it was planned: skipped)
         if rec.running and self._overlapping(rec, generation, scheduled_for, rerun):
             return None  # (a run of its key goes: it waits for the run, or it was skipped)
         try:
@@ -560,7 +562,7 @@ class Runs:
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = advancing(
-                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun), runs=runs),
+                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for), runs=runs),
                 scheduled_for,
             )
             state, at, last_error = outcome_of(rec, result)
@@ -575,7 +577,7 @@ class Runs:
                 KeyState.RUNNING if state is not KeyState.INVALID else state,
                 at,
                 last_error,
-                latest_started(rec, scheduled_for, rerun),
+                latest_started(rec, scheduled_for),
                 triggered=None if trigger is not None else OWN,  # (its take clears it)
                 runs=runs,
             )
@@ -665,7 +667,24 @@ class Runs:
             return True
         if wall_now < scheduled_for and trigger is None:  # (the wall clock stepped back: its start arms it
             return False  # again at its time; a trigger runs now)
-        self._skip(rec, generation, scheduled_for, rerun, wall_now, trigger)
+        self._skip(rec, generation, scheduled_for, rerun, wall_now, trigger, "a run of the key was going")
+        return True
+
+    def _passed(self, rec: Key, generation: int, scheduled_for: float) -> bool:
+        """Under the lock, as a fire (not a rerun) is to begin: True if it is older than the key's latest
+        started fire, and so skipped: a newer fire began after it was planned (a trigger that ran beside
+        the key's run, under Overlap.ALLOW, while this one waited). No fire of a key begins after a newer
+        one; every store agrees (a durable one would refuse its take)."""
+        latest = rec.last_scheduled_for
+        if latest is None or scheduled_for >= latest:
+            return False
+        try:
+            wall_now = self.table.wall_now()
+        except Exception as exc:  # (tried again after a back-off: decided then)
+            self._clock_failed(rec, scheduled_for, False, exc)
+            return True
+        trigger = self._trigger_of(rec, generation, scheduled_for, False)
+        self._skip(rec, generation, scheduled_for, False, wall_now, trigger, "a newer fire of the key began")
         return True
 
     def _skip(
@@ -676,14 +695,15 @@ class Runs:
         rerun: bool,
         wall_now: float,
         trigger: Trigger | None,
+        why: str,
     ) -> None:
-        """Under the lock: a fire that came while a run of its key goes, and Overlap.SKIP: it does not
-        run. It is counted, and the key's next fire planned after it, as a run's start plans it (a
-        trigger's: the plan it kept); a durable store gets the key's row (a restart does not find the
-        skipped fire its plan)."""
+        """Under the lock: a fire that does not run (`why`): one that came while a run of its key goes,
+        under Overlap.SKIP, or one older than a fire of its key that began (_passed). It is counted, and
+        the key's next fire planned after it, as a run's start plans it (a trigger's: the plan it kept); a
+        durable store gets the key's row (a restart does not find the skipped fire its plan)."""
         t = self.table
         t.counts["skipped"] += 1
-        t.noted(rec, scheduled_for, "skipped", at=wall_now, error="a run of the key was going")
+        t.noted(rec, scheduled_for, "skipped", at=wall_now, error=why)
         queue = rec.catch_up
         if queue and queue[0][0] == scheduled_for:  # (a trigger waits there)
             rec.catch_up = queue[1:] or None
@@ -697,7 +717,7 @@ class Runs:
             (state, at), last_error = trigger.before, rec.last_error
         else:
             result = advancing(
-                t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, rerun)), scheduled_for
+                t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for)), scheduled_for
             )
             state, at, last_error = outcome_of(rec, result)
         if rec.state is KeyState.RUNNING and state is not KeyState.INVALID:
@@ -832,7 +852,7 @@ class Runs:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
             rec.catch_up = start.rest or None
-            rec.last_scheduled_for = latest_started(rec, scheduled_for, start.rerun)
+            rec.last_scheduled_for = latest_started(rec, scheduled_for)
             rec.runs = max(rec.runs, start.runs)  # (counted: its take wrote the count, or made it)
             if start.trigger is not None and rec.triggered is start.trigger:
                 rec.triggered = None  # (run: its take cleared it in the store)
@@ -947,7 +967,7 @@ class Runs:
                     outcome = (state, rec.next_run_at, last_error)
                 elif self.table.reschedule is Reschedule.AFTER_FINISH:
                     result = advancing(
-                        self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, True)),
+                        self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for)),
                         scheduled_for,
                     )
                     rec.last_error = last_error
