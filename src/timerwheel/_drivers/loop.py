@@ -1,0 +1,380 @@
+"""An asyncio event loop whose call_later and call_at put their timers in the engine's wheel.
+
+Every library's timers go through loop.call_later and loop.call_at: asyncio.sleep, wait_for,
+asyncio.timeout, uvicorn's keep-alive, aiohttp's deadlines, database drivers. On asyncio's own loop each
+is an entry of a heap, O(log n), and a cancelled entry stays there until it comes up or the heap is
+rebuilt. Here each is a plain timer of a job engine (Scheduler) on a TimerWheel: added and cancelled in
+O(1), a cancelled one gone at once.
+
+What asyncio promises is kept, by construction: the handle's callback, arguments, context, repr and run
+are asyncio.Handle's own methods (so an exception in a callback reaches the loop's exception handler with
+the same context, and debug mode's source tracebacks are there); due timers are taken, in the loop
+iteration in which they fall due (a timer is due when its `when` is before the loop's time plus its clock
+resolution, as asyncio says), in the order of their `when`, ties in the order they were made, and run
+after the I/O callbacks of that iteration, as asyncio runs them. A `when` the wheel cannot hold (not
+finite, or beyond its 2**62 ticks) goes on asyncio's own heap, which this loop keeps running too.
+
+SelectorEventLoop is asyncio's selector loop with its iteration, _run_once, written for both stores of
+timers. UVLoop (uvloop's Loop) cannot be changed inside: the wheel sits behind one uvloop timer armed at
+its next due, and the timers due when it fires run in that callback, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+from asyncio import base_events
+from collections.abc import Callable
+from contextvars import Context
+from typing import TYPE_CHECKING, Any
+
+from .._engine import Scheduler, Timer
+
+__all__ = ["SelectorEventLoop", "TimerHandle", "UVLoop", "new_event_loop"]
+
+if TYPE_CHECKING:
+    UVLoop: type[asyncio.AbstractEventLoop]  # (made when first asked for: see __getattr__)
+
+_Handle = asyncio.Handle
+_TimerHandle = asyncio.TimerHandle
+_MAX_SELECT = getattr(base_events, "MAXIMUM_SELECT_TIMEOUT", 24 * 3600)
+_format_handle = getattr(base_events, "_format_handle", repr)
+_INF = math.inf
+_NUMBERS = (float, int)  # (a `when` of another type, a bool, a Decimal, goes to asyncio's heap as it is)
+
+
+class TimerHandle(Timer):
+    """A callback at a loop time, in the loop's wheel: what this loop's call_later and call_at return.
+
+    It has asyncio.TimerHandle's interface, with asyncio's own code behind it: cancel(), cancelled(),
+    when(), get_context(), its repr, and the run of the callback (in its context; an exception goes to the
+    loop's exception handler). It is not an asyncio.TimerHandle instance (its storage is the engine's
+    timer), as uvloop's handles are not: code that only calls its methods cannot tell. O(1) to make and
+    to cancel; a cancelled handle leaves the wheel at once.
+    """
+
+    __module__ = "timerwheel.loop"
+    __slots__ = (
+        "__weakref__",
+        "_args",
+        "_callback",
+        "_cancelled",
+        "_context",
+        "_loop",
+        "_repr",
+        "_scheduled",
+        "_source_traceback",
+        "_when",
+    )
+
+    def __init__(
+        self,
+        when: float,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: asyncio.AbstractEventLoop,
+        context: Context | None = None,
+    ) -> None:
+        Timer.__init__(self)
+        _Handle.__init__(self, callback, args, loop, context)  # type: ignore[arg-type]
+        if self._source_traceback:
+            del self._source_traceback[-1]  # (this frame: the stack ends where call_at was called)
+        self._when = when
+        self._scheduled = False
+
+    # asyncio's own methods: the same behaviour on every Python, including its debug mode
+    _run = _Handle._run
+    __repr__ = _Handle.__repr__
+    cancelled = _Handle.cancelled
+    when = _TimerHandle.when
+
+    def _repr_info(self) -> list[str]:
+        info: list[str] = _Handle._repr_info(self)
+        info.insert(2 if self._cancelled else 1, f"when={self._when}")  # (where asyncio's shows it)
+        return info
+
+    def get_context(self) -> Context:
+        """The contextvars.Context the callback runs in (asyncio's get_context, from Python 3.12)."""
+        return self._context  # type: ignore[no-any-return]
+
+    def fire(self) -> None:
+        """Its due came (the engine took it out of the wheel): run it in this loop iteration."""
+        self._scheduled = False
+        self._loop._due.append(self)
+
+    def cancel(self) -> None:
+        """Cancel it: the callback will not run. O(1): it leaves the wheel at once."""
+        if not self._cancelled:
+            if self._scheduled:
+                self._scheduled = False
+                self._loop._timers.cancel_timer(self)
+            _Handle.cancel(self)  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return hash(self._when)
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, (TimerHandle, _TimerHandle)):
+            return self._when < other._when
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, (TimerHandle, _TimerHandle)):
+            return self._when < other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, (TimerHandle, _TimerHandle)):
+            return self._when > other._when
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, (TimerHandle, _TimerHandle)):
+            return self._when > other._when or self.__eq__(other)
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (TimerHandle, _TimerHandle)):
+            return (
+                self._when == other._when
+                and self._callback == other._callback
+                and self._args == other._args
+                and self._cancelled == other._cancelled
+            )
+        return NotImplemented
+
+
+class _WheelTimers:
+    """What both loops share: the engine whose wheel holds the timers, and call_at's common path."""
+
+    _timers: Scheduler
+    _scheduled: list[asyncio.TimerHandle]  # (asyncio's heap, for the timers the wheel cannot hold)
+    _timer_cancelled_count: int
+    _due: Any  # where a due timer's fire() puts it: the loop's ready queue, or UVLoop's batch
+
+    def _init_timers(self) -> None:
+        self._timers = Scheduler(self.time)
+        self._timers.wake_below = -_INF  # (never woken: the loop asks for the next due each iteration)
+        self._horizon = self._timers.store.horizon
+
+    def _wheel_call_at(
+        self, when: float, callback: Callable[..., object], args: tuple[Any, ...], context: Context | None
+    ) -> TimerHandle | None:
+        """The timer in the wheel, or None: a `when` the wheel cannot hold (asyncio's heap takes it)."""
+        if not (-_INF < when < self._horizon):
+            return None
+        timer = TimerHandle(when, callback, args, self, context)  # type: ignore[arg-type]
+        if timer._source_traceback:
+            del timer._source_traceback[-2:]  # (this frame and call_at's: it ends where call_at was called)
+        self._timers.add_timer(timer, when)
+        timer._scheduled = True
+        return timer
+
+
+class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
+    """asyncio's selector event loop with its timers in a wheel: see the module's docstring."""
+
+    __module__ = "timerwheel.loop"
+
+    def __init__(self, selector: Any = None) -> None:
+        super().__init__(selector)
+        self._init_timers()
+        self._due = self._ready
+
+    def call_at(
+        self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        """Call callback(*args) at the loop time `when` (asyncio's call_at), on the wheel: O(1)."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        timer = self._wheel_call_at(when, callback, args, context) if type(when) in _NUMBERS else None
+        if timer is None:
+            return super().call_at(when, callback, *args, context=context)
+        return timer  # type: ignore[return-value]
+
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1)."""
+        if delay is None:
+            raise TypeError("delay must not be None")
+        timer = self.call_at(self.time() + delay, callback, *args, context=context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        return timer
+
+    def close(self) -> None:
+        """asyncio's close(); the timers pending are dropped as asyncio drops its own (not cancelled)."""
+        super().close()
+        for timer in self._timers.release_timers():
+            timer._scheduled = False
+
+    def _run_once(self) -> None:
+        """One iteration, as asyncio's: wait for I/O no longer than the earliest timer (of the wheel or of
+        the heap); then the I/O callbacks; then every timer due, in order; then run what is ready."""
+        heap = self._scheduled
+        if heap:
+            self._prune_heap()
+            heap = self._scheduled
+        timers = self._timers
+        timeout: float | None = None
+        if self._ready or self._stopping:
+            timeout = 0
+        else:
+            due = timers.next_due()
+            if heap and (due is None or heap[0]._when < due):
+                due = heap[0]._when
+            if due is not None:
+                timeout = min(max(0, due - self.time()), _MAX_SELECT)
+        event_list = self._selector.select(timeout)
+        self._process_events(event_list)
+        event_list = None
+        # Due: `when` before end_time (asyncio's rule), that is at or before the float just below it.
+        end_time = self.time() + self._clock_resolution
+        ready = self._ready
+        while heap and heap[0]._when < end_time:  # (the heap's: -inf, or far in the past first)
+            handle = heapq.heappop(heap)
+            handle._scheduled = False
+            ready.append(handle)
+        due = timers.next_due()
+        if due is not None and due < end_time:
+            timers.drain(math.nextafter(end_time, -_INF))  # (each due timer's fire() makes it ready)
+        ntodo = len(ready)
+        for _ in range(ntodo):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            if self._debug:
+                try:
+                    self._current_handle = handle
+                    t0 = self.time()
+                    handle._run()
+                    dt = self.time() - t0
+                    if dt >= self.slow_callback_duration:
+                        base_events.logger.warning(  # (asyncio's logger, read where asyncio reads it)
+                            "Executing %s took %.3f seconds", _format_handle(handle), dt
+                        )
+                finally:
+                    self._current_handle = None
+            else:
+                handle._run()
+        handle = None  # type: ignore[assignment]  # (no reference to the last callback kept between iterations)
+
+    def _prune_heap(self) -> None:
+        """asyncio's upkeep of its heap (the timers the wheel cannot hold): drop cancelled entries."""
+        heap = self._scheduled
+        cancelled = self._timer_cancelled_count
+        if len(heap) > 100 and cancelled / len(heap) > 0.5:
+            kept = []
+            for handle in heap:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            self._scheduled = kept
+            self._timer_cancelled_count = 0
+        else:
+            while heap and heap[0]._cancelled:
+                self._timer_cancelled_count -= 1
+                heapq.heappop(heap)._scheduled = False
+
+
+def _uvloop_class() -> type[asyncio.AbstractEventLoop]:
+    import uvloop
+
+    class UVLoop(_WheelTimers, uvloop.Loop):
+        """uvloop's Loop with its timers in a wheel, behind one uvloop timer: see the module's docstring."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._init_timers()
+            self._armed = _INF
+            self._wake: asyncio.TimerHandle | None = None
+            self._due: list[TimerHandle] = []  # (fire() appends to it: the wheel's due timers, in order)
+
+        def call_at(
+            self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+        ) -> asyncio.TimerHandle:
+            """Call callback(*args) at the loop time `when` (asyncio's call_at), on the wheel: O(1)."""
+            if when is None:
+                raise TypeError("when cannot be None")
+            if self.is_closed():
+                raise RuntimeError("Event loop is closed")
+            if not callable(callback):
+                raise TypeError("a callable object was expected by call_at()")
+            timer = self._wheel_call_at(when, callback, args, context) if type(when) in _NUMBERS else None
+            if timer is None:  # (uvloop's call_at is its call_later, which would come back here)
+                return super().call_later(when - self.time(), callback, *args, context=context)
+            if when < self._armed:
+                self._arm(when)
+            return timer  # type: ignore[return-value]
+
+        def call_later(
+            self, delay: float, callback: Callable[..., object], *args: Any, context: Context | None = None
+        ) -> asyncio.TimerHandle:
+            """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1)."""
+            if delay is None:
+                raise TypeError("delay must not be None")
+            return self.call_at(self.time() + delay, callback, *args, context=context)
+
+        def close(self) -> None:
+            super().close()
+            for timer in self._timers.release_timers():
+                timer._scheduled = False
+
+        def _arm(self, when: float) -> None:
+            wake = super().call_later(when - self.time(), self._on_wake)
+            if self._wake is not None:
+                self._wake.cancel()
+            self._wake, self._armed = wake, when
+
+        def _on_wake(self) -> None:
+            """Our uvloop timer fired: run every wheel timer due, in order; arm it at the next due."""
+            self._wake, self._armed = None, _INF
+            timers = self._timers
+            now = self.time()
+            due = timers.next_due()
+            if due is not None and due <= now:
+                timers.drain(now)
+            batch, self._due = self._due, []
+            try:
+                for handle in batch:
+                    if not handle._cancelled:
+                        handle._run()
+            finally:
+                due = timers.next_due()
+                if due is not None and due < self._armed:
+                    self._arm(due)
+
+    UVLoop.__qualname__ = "UVLoop"
+    UVLoop.__module__ = "timerwheel.loop"
+    return UVLoop
+
+
+def __getattr__(name: str) -> Any:
+    if name == "UVLoop":  # (uvloop is optional: the class is made when it is first asked for)
+        cls = _uvloop_class()
+        globals()["UVLoop"] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def new_event_loop(base: str = "asyncio") -> asyncio.AbstractEventLoop:
+    """A new event loop whose timers are on the wheel: asyncio's selector loop (`base="asyncio"`) or
+    uvloop's (`base="uvloop"`, which needs uvloop installed).
+
+    Raises:
+        ValueError: base is neither "asyncio" nor "uvloop".
+        ImportError: base="uvloop" and uvloop is not installed.
+    """
+    if base == "asyncio":
+        return SelectorEventLoop()
+    if base == "uvloop":
+        return __getattr__("UVLoop")()  # type: ignore[no-any-return]
+    raise ValueError(f'base must be "asyncio" or "uvloop", not {base!r}')

@@ -1,0 +1,296 @@
+"""timerwheel.loop: an asyncio event loop whose call_later and call_at are on the wheel. asyncio's own
+promises, one by one, on a loop whose clock jumps to its next timer (no test sleeps); then CPython's own
+asyncio tests, unmodified, on this loop (tests/peer_asyncio.py); then the ways to make it the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import selectors
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import timerwheel.loop
+from timerwheel.loop import EventLoopPolicy, SelectorEventLoop, TimerHandle, install, new_event_loop
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Jump(selectors.DefaultSelector):
+    """A selector that, with nothing ready, moves its loop's clock by the wait instead of waiting."""
+
+    def __init__(self, loop: Virtual) -> None:
+        super().__init__()
+        self.loop = loop
+        self.waits: list[float | None] = []
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self.waits.append(timeout)
+        ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
+        if not ready and timeout:
+            self.loop.now += timeout
+        return ready
+
+
+class Virtual(SelectorEventLoop):
+    """The wheel loop on a clock that jumps to the next timer."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.jump = _Jump(self)
+        super().__init__(self.jump)
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def loop() -> Any:
+    made = Virtual()
+    yield made
+    made.close()
+
+
+def _run(loop: Virtual, seconds: float) -> None:
+    loop.run_until_complete(asyncio.sleep(seconds))
+
+
+def test_timers_run_in_the_order_of_their_when_ties_in_the_order_they_were_made(loop: Virtual) -> None:
+    ran: list[tuple[str, float]] = []
+    start = loop.time()
+    for name, delay in [("c", 3.0), ("a1", 1.0), ("b", 2.0), ("a2", 1.0), ("a3", 1.0)]:
+        loop.call_later(delay, lambda n=name: ran.append((n, loop.time() - start)))
+    loop.call_at(start + 0.5, lambda: ran.append(("at", loop.time() - start)))
+    _run(loop, 5)
+    assert ran == [("at", 0.5), ("a1", 1.0), ("a2", 1.0), ("a3", 1.0), ("b", 2.0), ("c", 3.0)]
+    assert loop._timers.next_due() is None
+
+
+def test_a_timer_never_runs_before_its_when_and_the_loop_waits_for_the_earliest(loop: Virtual) -> None:
+    seen: list[float] = []
+    whens = [
+        loop.call_later(delay, lambda: seen.append(loop.time())).when()
+        for delay in (0.25, 7.0, 0.001, 86400.0 * 3)
+    ]
+    _run(loop, 86400.0 * 4)
+    assert seen == sorted(whens)  # at their when exactly: each wait was the time to the earliest
+    assert max(w for w in loop.jump.waits if w is not None) <= 86400.0  # (asyncio's longest select)
+
+
+def test_a_cancelled_timer_does_not_run_and_leaves_the_wheel_at_once(loop: Virtual) -> None:
+    ran: list[int] = []
+    handles = [loop.call_later(1.0 + i, ran.append, i) for i in range(1000)]
+    assert len(loop._timers.store) == 1000
+    for handle in handles[::2]:
+        handle.cancel()
+        handle.cancel()  # (twice: nothing more)
+    assert len(loop._timers.store) == 500 and all(h.cancelled() for h in handles[::2])
+    _run(loop, 2000)
+    assert ran == list(range(1, 1000, 2))
+    assert not handles[1].cancelled() and "cancelled" in repr(handles[0])
+
+
+def test_a_timer_cancelled_by_an_earlier_one_of_the_same_iteration_does_not_run(loop: Virtual) -> None:
+    ran: list[str] = []
+    second = None
+
+    def first() -> None:
+        ran.append("first")
+        assert second is not None
+        second.cancel()
+
+    loop.call_later(1.0, first)
+    second = loop.call_later(1.0, ran.append, "second")
+    _run(loop, 2)
+    assert ran == ["first"]
+
+
+def test_an_exception_in_a_callback_goes_to_the_loops_exception_handler(loop: Virtual) -> None:
+    told: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: told.append(context))
+    handle = loop.call_later(1.0, lambda: 1 / 0)
+    ran: list[int] = []
+    loop.call_later(1.0, ran.append, 1)  # (the next callback still runs)
+    _run(loop, 2)
+    assert ran == [1] and len(told) == 1
+    assert isinstance(told[0]["exception"], ZeroDivisionError) and told[0]["handle"] is handle
+    assert told[0]["message"].startswith("Exception in callback")
+
+
+def test_base_exceptions_propagate_out_of_the_loop_and_the_rest_stays_due(loop: Virtual) -> None:
+    ran: list[int] = []
+
+    def stop() -> None:
+        raise KeyboardInterrupt
+
+    loop.call_later(1.0, stop)
+    loop.call_later(1.0, ran.append, 1)
+    with pytest.raises(KeyboardInterrupt):
+        _run(loop, 2)
+    _run(loop, 2)
+    assert ran == [1]
+
+
+def test_a_callback_runs_in_its_context(loop: Virtual) -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="none")
+    seen: list[str] = []
+    var.set("made")
+    handle = loop.call_later(1.0, lambda: seen.append(var.get()))
+    other = contextvars.Context()
+    given = loop.call_later(2.0, lambda: seen.append(var.get()), context=other)
+    var.set("changed")
+    _run(loop, 3)
+    assert seen == ["made", "none"]
+    assert given.get_context() is other and handle.get_context() is not other
+
+
+def test_debug_mode_keeps_where_a_timer_was_made_and_warns_of_a_slow_callback(
+    loop: Virtual, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop.set_debug(True)
+    loop.slow_callback_duration = 0.5
+
+    def slow() -> None:
+        loop.now += 1.0  # (the callback takes a second of the loop's time)
+
+    handle = loop.call_later(1.0, slow)  # the line the traceback ends at
+    assert handle._source_traceback[-1].name == sys._getframe().f_code.co_name
+    assert handle._source_traceback[-1].lineno == sys._getframe().f_lineno - 2
+    later = loop.call_at(loop.time() + 1, slow)
+    assert later._source_traceback[-1].name == sys._getframe().f_code.co_name
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        _run(loop, 3)
+    assert [r.getMessage() for r in caplog.records if "Executing <TimerHandle" in r.getMessage()]
+    assert "created at" in repr(handle)
+
+
+def test_close_with_timers_pending_drops_them_and_refuses_new_ones() -> None:
+    made = Virtual()
+    ran: list[int] = []
+    handle = made.call_later(1.0, ran.append, 1)
+    made.close()
+    assert not handle.cancelled() and not handle._scheduled  # (dropped, not cancelled: as asyncio)
+    assert len(made._timers.store) == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        made.call_later(1.0, ran.append, 2)
+    handle.cancel()  # (harmless after close)
+    assert ran == []
+
+
+def test_a_when_the_wheel_cannot_hold_goes_on_asyncios_heap(loop: Virtual) -> None:
+    ran: list[str] = []
+    never = loop.call_at(math.inf, ran.append, "inf")
+    far = loop.call_at(1e300, ran.append, "far")
+    first = loop.call_at(-math.inf, ran.append, "-inf")
+    loop.call_later(1.0, ran.append, "wheel")
+    assert not isinstance(never, TimerHandle) and isinstance(never, asyncio.TimerHandle)
+    assert not isinstance(far, TimerHandle) and not isinstance(first, TimerHandle)
+    _run(loop, 2)
+    assert ran == ["-inf", "wheel"]
+    never.cancel()
+    far.cancel()
+
+
+def test_bad_arguments_are_refused_as_asyncio_refuses_them(loop: Virtual) -> None:
+    with pytest.raises(TypeError):
+        loop.call_later(None, print)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        loop.call_at(None, print)  # type: ignore[arg-type]
+    loop.set_debug(True)
+    with pytest.raises(TypeError, match="callable"):
+        loop.call_later(1.0, "not callable")  # type: ignore[arg-type]
+    assert len(loop._timers.store) == 0
+
+
+def test_handles_compare_as_asyncios_by_their_when(loop: Virtual) -> None:
+    a = loop.call_later(1.0, print)
+    b = loop.call_later(2.0, print)
+    assert a < b and b > a and a <= a and a == a and a != b and hash(a) == hash(a.when())
+    a.cancel()
+    b.cancel()
+
+
+def test_asyncios_sleep_wait_for_and_timeout_run_on_the_wheel(loop: Virtual) -> None:
+    async def main() -> list[str]:
+        out = []
+        try:
+            async with asyncio.timeout(1.0):
+                await asyncio.sleep(10)
+        except TimeoutError:
+            out.append("timeout")
+        try:
+            await asyncio.wait_for(asyncio.sleep(10), 1.0)
+        except TimeoutError:
+            out.append("wait_for")
+        await asyncio.sleep(5)
+        out.append("slept")
+        return out
+
+    start = loop.time()
+    assert loop.run_until_complete(main()) == ["timeout", "wait_for", "slept"]
+    assert loop.time() - start == pytest.approx(7.0)
+    assert len(loop._timers.store) == 0  # (every timer they armed is gone: cancelled or run)
+
+
+def test_new_event_loop_the_policy_and_install_make_the_wheel_loop() -> None:
+    with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        assert type(runner.get_loop()) is SelectorEventLoop
+    with pytest.raises(ValueError, match="base"):
+        new_event_loop("trio")
+    with pytest.raises(ValueError, match="base"):
+        EventLoopPolicy(base="trio")
+    before = asyncio.get_event_loop_policy()
+    try:
+        install()
+        assert isinstance(asyncio.get_event_loop_policy(), EventLoopPolicy)
+
+        async def which() -> type:
+            return type(asyncio.get_running_loop())
+
+        assert asyncio.run(which()) is SelectorEventLoop
+    finally:
+        asyncio.set_event_loop_policy(before)
+
+
+def test_on_uvloop_the_timers_are_on_the_wheel_behind_one_uvloop_timer() -> None:
+    pytest.importorskip("uvloop", reason="uvloop is not installed: pip install 'timerwheel[uvloop]'")
+    made = new_event_loop("uvloop")
+    try:
+        assert isinstance(made, timerwheel.loop.UVLoop) and type(made).__name__ == "UVLoop"
+        ran: list[int] = []
+        start = made.time()
+        for i, delay in enumerate((0.03, 0.01, 0.02, 0.01)):
+            made.call_later(delay, ran.append, i)
+        made.call_later(0.015, ran.append, 99).cancel()
+        told: list[dict[str, Any]] = []
+        made.set_exception_handler(lambda _loop, context: told.append(context))
+        made.call_later(0.005, lambda: 1 / 0)
+        made.run_until_complete(asyncio.sleep(0.05))  # (wall-clock: uvloop's clock is the system's)
+        assert ran == [1, 3, 2, 0] and made.time() - start >= 0.03
+        assert len(told) == 1 and isinstance(told[0]["exception"], ZeroDivisionError)
+        assert len(made._timers.store) == 0
+    finally:
+        made.close()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the wheel loop is asyncio's selector loop")
+def test_cpythons_own_asyncio_tests_pass_on_the_wheel_loop() -> None:
+    """test_events, test_base_events, test_tasks, test_timeouts, test_waitfor of this very Python, run
+    unmodified with this loop as asyncio's (tests/peer_asyncio.py; CI runs it on 3.12 and 3.13 too)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "peer_asyncio.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode == 2:
+        pytest.skip(done.stderr.strip())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "wheel loops made" in done.stdout
