@@ -11,8 +11,9 @@ import math
 import selectors
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -294,3 +295,157 @@ def test_cpythons_own_asyncio_tests_pass_on_the_wheel_loop() -> None:
         pytest.skip(done.stderr.strip())
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "wheel loops made" in done.stdout
+
+
+class Recording(SelectorEventLoop):
+    """The wheel loop, keeping every handle its call_later made (uvicorn makes it by name: see below)."""
+
+    made: ClassVar[list[Any]] = []
+
+    def call_later(self, delay: float, callback: Any, *args: Any, context: Any = None) -> Any:
+        handle = super().call_later(delay, callback, *args, context=context)
+        Recording.made.append(handle)
+        return handle
+
+
+@pytest.mark.realtime
+def test_uvicorn_serves_on_the_wheel_loop_its_keep_alive_timer_on_the_wheel() -> None:
+    """A real uvicorn server on 127.0.0.1 made with `loop="timerwheel.loop:new_event_loop"` (here a
+    subclass that records its handles), called by a real httpx client: the app runs on the wheel loop (its
+    sleep and asyncio.timeout too); after a response the connection's keep-alive timer (uvicorn's
+    call_later) waits on the wheel, and leaves it, cancelled, when the next request comes. Tolerance: 10 s
+    for a loaded machine to start and stop the server."""
+    uvicorn = pytest.importorskip("uvicorn", reason="pip install uvicorn (the test extra has it)")
+    httpx = pytest.importorskip("httpx", reason="pip install httpx (the test extra has it)")
+    from .test_frameworks import _free_port, wait_for
+
+    def keep_alive() -> list[Any]:
+        return [
+            h for h in Recording.made if getattr(h._callback, "__name__", "") == "timeout_keep_alive_handler"
+        ]
+
+    Recording.made = []
+    port = _free_port()
+    for name in ("timerwheel.loop:new_event_loop", f"{__name__}:Recording"):
+        assert uvicorn.Config(_asgi, loop=name).get_loop_factory() is not None  # (both forms load)
+    config = uvicorn.Config(
+        _asgi, host="127.0.0.1", port=port, loop=f"{__name__}:Recording", log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, 10.0, "the server starts")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+            assert client.get("/").text == "Recording"
+            wait_for(lambda: len(keep_alive()) == 1, 5.0, "the keep-alive timer is armed")
+            (first,) = keep_alive()
+            assert isinstance(first, TimerHandle) and first._scheduled and first.id is not None
+            assert client.get("/").text == "Recording"
+            assert first.cancelled() and not first._scheduled and first.id is None  # (out of the wheel)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+async def _asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """An ASGI app that answers with the class of the loop it runs on, after a sleep and a timeout."""
+    if scope["type"] != "http":
+        return
+    await asyncio.sleep(0.001)
+    try:
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(10)
+    except TimeoutError:
+        pass
+    body = type(asyncio.get_running_loop()).__qualname__.encode()
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@pytest.mark.realtime
+def test_hypercorn_serves_on_the_wheel_loop() -> None:
+    """A real hypercorn server on 127.0.0.1, in asyncio.Runner(loop_factory=new_event_loop), called by a
+    real httpx client. Tolerance: 10 s for a loaded machine to start and stop the server."""
+    hypercorn = pytest.importorskip("hypercorn", reason="pip install hypercorn (the test extra has it)")
+    httpx = pytest.importorskip("httpx", reason="pip install httpx (the test extra has it)")
+    import hypercorn.asyncio  # noqa: F811
+
+    from .test_frameworks import _free_port, wait_for
+
+    port = _free_port()
+    config = hypercorn.config.Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    stop: list[asyncio.Event] = []
+
+    async def serve() -> None:
+        stop.append(asyncio.Event())
+        await hypercorn.asyncio.serve(_asgi, config, shutdown_trigger=stop[0].wait)  # type: ignore[arg-type]
+
+    runner = asyncio.Runner(loop_factory=new_event_loop)
+    thread = threading.Thread(target=runner.run, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _answers(httpx, port), 10.0, "the server starts")
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).text == "SelectorEventLoop"
+    finally:
+        runner.get_loop().call_soon_threadsafe(stop[0].set)
+        thread.join(10)
+    assert not thread.is_alive()
+    runner.close()
+
+
+def _answers(httpx: Any, port: int) -> bool:
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+AIOHTTP_APP = """
+import asyncio, sys
+from aiohttp import web
+import timerwheel.loop
+
+async def hello(request):
+    await asyncio.sleep(0.001)
+    try:
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(10)
+    except TimeoutError:
+        pass
+    return web.Response(text=type(asyncio.get_running_loop()).__qualname__)
+
+app = web.Application()
+app.router.add_get("/", hello)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), loop=timerwheel.loop.new_event_loop(), print=None)
+"""
+
+
+@pytest.mark.realtime
+def test_aiohttps_run_app_serves_on_the_wheel_loop(tmp_path: Path) -> None:
+    """aiohttp's web.run_app(app, loop=timerwheel.loop.new_event_loop()) in a process of its own (it
+    handles signals), called by a real httpx client, stopped by SIGINT. Tolerance: 10 s for a loaded
+    machine to start and stop the server."""
+    pytest.importorskip("aiohttp", reason="pip install aiohttp (the test extra has it)")
+    httpx = pytest.importorskip("httpx", reason="pip install httpx (the test extra has it)")
+    import signal
+
+    from .test_frameworks import _free_port, wait_for
+
+    (tmp_path / "serve.py").write_text(AIOHTTP_APP)
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, str(tmp_path / "serve.py"), str(port)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: server.poll() is not None or _answers(httpx, port), 10.0, "the server starts")
+        assert server.poll() is None, server.communicate()[1]
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=10).text == "SelectorEventLoop"
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=10)
+    assert server.returncode == 0, err

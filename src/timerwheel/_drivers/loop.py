@@ -26,7 +26,7 @@ import heapq
 import math
 from asyncio import base_events
 from collections.abc import Callable
-from contextvars import Context
+from contextvars import Context, copy_context
 from typing import TYPE_CHECKING, Any
 
 from .._engine import Scheduler, Timer
@@ -41,7 +41,8 @@ _TimerHandle = asyncio.TimerHandle
 _MAX_SELECT = getattr(base_events, "MAXIMUM_SELECT_TIMEOUT", 24 * 3600)
 _format_handle = getattr(base_events, "_format_handle", repr)
 _INF = math.inf
-_NUMBERS = (float, int)  # (a `when` of another type, a bool, a Decimal, goes to asyncio's heap as it is)
+_NUMBERS = (float, int)
+_copy_context = copy_context  # (a `when` of another type, a bool, a Decimal, goes to asyncio's heap as it is)
 
 
 class TimerHandle(Timer):
@@ -67,6 +68,16 @@ class TimerHandle(Timer):
         "_source_traceback",
         "_when",
     )
+    # (their types, for the type checker: asyncio's Handle and TimerHandle fields)
+    _args: tuple[Any, ...] | None
+    _callback: Callable[..., object] | None
+    _cancelled: bool
+    _context: Context
+    _loop: Any
+    _repr: str | None
+    _scheduled: bool
+    _source_traceback: Any
+    _when: float
 
     def __init__(
         self,
@@ -96,7 +107,7 @@ class TimerHandle(Timer):
 
     def get_context(self) -> Context:
         """The contextvars.Context the callback runs in (asyncio's get_context, from Python 3.12)."""
-        return self._context  # type: ignore[no-any-return]
+        return self._context
 
     def fire(self) -> None:
         """Its due came (the engine took it out of the wheel): run it in this loop iteration."""
@@ -109,7 +120,11 @@ class TimerHandle(Timer):
             if self._scheduled:
                 self._scheduled = False
                 self._loop._timers.cancel_timer(self)
-            _Handle.cancel(self)  # type: ignore[arg-type]
+            self._cancelled = True  # (asyncio's Handle.cancel, inline)
+            if self._loop.get_debug():
+                self._repr = repr(self)  # (kept for a log of it: its callback is dropped)
+            self._callback = None
+            self._args = None
 
     def __hash__(self) -> int:
         return hash(self._when)
@@ -161,7 +176,8 @@ class _WheelTimers:
     def _wheel_call_at(
         self, when: float, callback: Callable[..., object], args: tuple[Any, ...], context: Context | None
     ) -> TimerHandle | None:
-        """The timer in the wheel, or None: a `when` the wheel cannot hold (asyncio's heap takes it)."""
+        """The timer in the wheel (made by TimerHandle's __init__: a debug mode's stack kept), or None: a
+        `when` the wheel cannot hold (asyncio's heap takes it)."""
         if not (-_INF < when < self._horizon):
             return None
         timer = TimerHandle(when, callback, args, self, context)  # type: ignore[arg-type]
@@ -170,6 +186,29 @@ class _WheelTimers:
         self._timers.add_timer(timer, when)
         timer._scheduled = True
         return timer
+
+
+_new_handle = TimerHandle.__new__  # (a handle with no __init__ run: _armed sets every field)
+
+
+def _armed(
+    loop: Any, when: float, callback: Callable[..., object], args: tuple[Any, ...], context: Context | None
+) -> TimerHandle:
+    """A timer made and put in the wheel at `when` (finite, within its horizon), outside debug mode: the
+    common path of call_later and call_at, TimerHandle's __init__ and asyncio's Handle.__init__ inline."""
+    timer: Any = _new_handle(TimerHandle)
+    timer._context = _copy_context() if context is None else context
+    timer._loop = loop
+    timer._callback = callback
+    timer._args = args
+    timer._cancelled = False
+    timer._repr = None
+    timer._source_traceback = None
+    timer._when = when
+    timer._scheduled = True
+    timer.id = None  # (the engine's: set by add_timer)
+    loop._timers.add_timer(timer, when)
+    return timer  # type: ignore[no-any-return]
 
 
 class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
@@ -186,6 +225,14 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
         self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
     ) -> asyncio.TimerHandle:
         """Call callback(*args) at the loop time `when` (asyncio's call_at), on the wheel: O(1)."""
+        if (
+            not self._debug
+            and not self._closed
+            and type(when) in _NUMBERS
+            and -_INF < when < self._horizon
+            and callable(callback)
+        ):
+            return _armed(self, when, callback, args, context)  # type: ignore[return-value]
         if when is None:
             raise TypeError("when cannot be None")
         self._check_closed()
@@ -201,6 +248,10 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
         self, delay: float, callback: Callable[..., object], *args: Any, context: Context | None = None
     ) -> asyncio.TimerHandle:
         """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1)."""
+        if type(delay) in _NUMBERS and not self._debug and not self._closed and callable(callback):
+            when = self.time() + delay
+            if -_INF < when < self._horizon:
+                return _armed(self, when, callback, args, context)  # type: ignore[return-value]
         if delay is None:
             raise TypeError("delay must not be None")
         timer = self.call_at(self.time() + delay, callback, *args, context=context)

@@ -355,6 +355,40 @@ class UvLoop(Loop):
         return ran.count
 
 
+class WheelLoop(UvLoop):
+    """timerwheel.loop: the same calls as asyncio's, on a loop whose timers are on the wheel."""
+
+    name, module = "timerwheel.loop", "asyncio"
+    title = "timerwheel.loop call_later (asyncio's loop, wheel timers)"
+    note = "timerwheel.loop*: real time; schedule_expire adds timers due now, as for uvloop."
+
+    def version(self) -> str:
+        import timerwheel
+
+        return f"{timerwheel.__version__}, {timerwheel.BACKEND}"
+
+    def _loop(self, virtual: bool) -> asyncio.AbstractEventLoop:
+        from timerwheel.loop import new_event_loop
+
+        return new_event_loop()
+
+
+class WheelUvLoop(WheelLoop):
+    name, title = "timerwheel.loop-uvloop", "timerwheel.loop call_later (uvloop, wheel timers)"
+
+    def version(self) -> str:
+        if sys.platform == "win32":
+            raise RuntimeError("uvloop does not run on Windows")
+        import uvloop
+
+        return f"{super().version()}, uvloop {getattr(uvloop, '__version__', '?')}"
+
+    def _loop(self, virtual: bool) -> asyncio.AbstractEventLoop:
+        from timerwheel.loop import new_event_loop
+
+        return new_event_loop("uvloop")
+
+
 class _Connection:
     """What the hand-kept pattern keeps per connection: its own idle deadline."""
 
@@ -814,6 +848,8 @@ COMPETITORS: dict[str, type[Competitor]] = {
         AsyncJobs,
         Loop,
         UvLoop,
+        WheelLoop,
+        WheelUvLoop,
         HandKept,
         UvAsync,
         UvHandKept,

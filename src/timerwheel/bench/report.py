@@ -188,6 +188,7 @@ PLOT_GROUPS = [
     ("job engines", ["Scheduler", "HeapScheduler", "ThreadedScheduler", "twisted"]),
     ("on asyncio's loop", ["AsyncScheduler", "AsyncScheduler-jobs", "asyncio", "hand-kept"]),
     ("on uvloop", ["AsyncScheduler-uvloop", "uvloop", "hand-kept-uvloop"]),
+    ("event loops", ["asyncio", "timerwheel.loop", "uvloop", "timerwheel.loop-uvloop"]),
     (
         "timeouts",
         [
