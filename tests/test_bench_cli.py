@@ -53,7 +53,7 @@ def test_each_competitor_does_what_its_operations_claim(name: str) -> None:
 
 # The competitors with no public way to ask for the next due, and those whose timers cannot expire here.
 NO_NEXT_DUE = {"asyncio", "uvloop", "AsyncScheduler", "AsyncScheduler-jobs", "asyncio.timeout"}
-NO_NEXT_DUE |= {"AsyncScheduler.timeout", "ThreadedScheduler"}
+NO_NEXT_DUE |= {"AsyncScheduler.timeout", "ThreadedScheduler", "timerwheel.loop", "timerwheel.loop-uvloop"}
 NO_EXPIRE = {"asyncio.timeout", "AsyncScheduler.timeout", "ThreadedScheduler"}
 NO_EXPIRE |= {"asyncio.timeout-uvloop", "AsyncScheduler.timeout-uvloop"}
 NO_SCHEDULE = {"hand-kept", "hand-kept-uvloop"}  # a deadline kept by hand: it only has resets

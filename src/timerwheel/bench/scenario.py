@@ -253,7 +253,7 @@ def format_server_report(rows: list[dict[str, Any]], conns: int, key: str = "us_
     columns = list(dict.fromkeys((r["loop"], r["phase"]) for r in rows))
     patterns = sorted({r["pattern"] for r in rows}, key=lambda p: _rank(PATTERNS, p))
     cell = {(r["loop"], r["phase"], r["pattern"]): r for r in rows}
-    width = 30
+    width = max(30, *(len(f"{loop}, {phase}") + 2 for loop, phase in columns))  # (cells stay apart)
     out = [f"\nserver, {conns:,} connections: {UNITS[key]}, median (min to max) of the runs"]
     out[0] += " [the timers' share of the server's CPU]" if share else ""
     out.append(f"  {'':<20}" + "".join(f"{loop + ', ' + phase:>{width}}" for loop, phase in columns))
@@ -276,14 +276,15 @@ def format_server_report(rows: list[dict[str, Any]], conns: int, key: str = "us_
 
 
 def server_section(conns: int, quick: bool = False, reps: int = 1) -> dict[str, Any]:
-    """The scenario as `python -m timerwheel bench --server N` runs it: every pattern on the stdlib loop
-    and on uvloop (where installed), saturated and at 10,000 messages/s, `reps` interleaved repetitions of
+    """The scenario as `python -m timerwheel bench --server N` runs it: every pattern on the stdlib loop,
+    on timerwheel.loop, and on uvloop and timerwheel.loop on uvloop (where uvloop is installed),
+    saturated and at 10,000 messages/s, `reps` interleaved repetitions of
     short windows. Returns {"conns", "loops", "skipped", "records"} for the report."""
-    loops, skipped = ["asyncio"], {}
+    loops, skipped = ["asyncio", "timerwheel.loop"], {}
     try:
         import uvloop  # noqa: F401
 
-        loops.append("uvloop")
+        loops += ["uvloop", "timerwheel.loop-uvloop"]
     except ImportError as exc:
         skipped["uvloop"] = f"{type(exc).__name__}: {exc}"
     warm, window = (0.2, 0.5) if quick else (1.0, 2.0)

@@ -65,7 +65,7 @@ __all__ = [
 
 MESSAGE = b"0123456789abcdef"  # 16 bytes
 PATTERNS = ("none", "call_later", "asyncio.timeout", "hand-kept", "timerwheel", "timerwheel-handles")
-LOOPS = ("asyncio", "uvloop")
+LOOPS = ("asyncio", "uvloop", "timerwheel.loop", "timerwheel.loop-uvloop")  # (the last two: wheel timers)
 _INF = math.inf
 
 
@@ -465,14 +465,22 @@ class CountingSelector(selectors.DefaultSelector):
 
 
 def new_loop(kind: str) -> tuple[asyncio.AbstractEventLoop, CountingSelector | None]:
-    """A new event loop of `kind` ("asyncio" or "uvloop"), and its counting selector (stdlib loop only)."""
+    """A new event loop of `kind` (one of LOOPS), and its counting selector (selector loops only)."""
     if kind == "uvloop":
         import uvloop
 
         return uvloop.new_event_loop(), None
-    if kind != "asyncio":
+    if kind == "timerwheel.loop-uvloop":
+        from timerwheel.loop import new_event_loop
+
+        return new_event_loop("uvloop"), None
+    if kind not in LOOPS:
         raise ValueError(f"loop must be one of {', '.join(LOOPS)}, got {kind!r}")
     selector = CountingSelector()
+    if kind == "timerwheel.loop":
+        from timerwheel.loop import SelectorEventLoop
+
+        return SelectorEventLoop(selector), selector
     return asyncio.SelectorEventLoop(selector), selector
 
 
