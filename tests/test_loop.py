@@ -449,3 +449,206 @@ def test_aiohttps_run_app_serves_on_the_wheel_loop(tmp_path: Path) -> None:
         server.send_signal(signal.SIGINT)
         _, err = server.communicate(timeout=10)
     assert server.returncode == 0, err
+
+
+# -- what a hostile review found: each pinned -------------------------------------------------------------
+
+
+def test_a_clock_that_goes_back_never_runs_a_timer_before_its_when(loop: Virtual) -> None:
+    ran: list[str] = []
+    start = loop.time()
+    loop.call_at(start + 100, ran.append, "at 100")
+    loop.call_at(start + 50, ran.append, "at 50")
+    loop.call_at(start + 200, ran.append, "at 200")
+    loop.now = start + 100
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert ran == ["at 50", "at 100"]
+    loop.now = start  # (the clock went back: the wheel has passed 100, and 60 is not due)
+    loop.call_at(start + 60, ran.append, "at 60")
+    loop.call_at(start - 1, ran.append, "at -1")
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert ran == ["at 50", "at 100", "at -1"]
+    loop.now = start + 199
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+    assert ran == ["at 50", "at 100", "at -1", "at 60"] and loop._timers.next_due() == start + 200
+
+
+def test_a_loop_whose_clock_reads_fields_set_after_init_is_made(loop: Virtual) -> None:
+    class Late(SelectorEventLoop):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = 5.0
+
+        def time(self) -> float:
+            return self.t
+
+    made = Late()
+    try:
+        ran: list[int] = []
+        made.call_at(4.0, ran.append, 1)
+        made.call_soon(made.stop)
+        made.run_forever()
+        assert ran == [1]
+    finally:
+        made.close()
+
+
+def test_a_nan_when_runs_at_once_as_on_asyncio_and_the_loop_does_not_spin(loop: Virtual) -> None:
+    ran: list[str] = []
+    loop.call_at(math.nan, ran.append, "nan")
+    loop.call_soon(ran.append, "soon")
+    _run(loop, 1)
+    assert ran == ["soon", "nan"]
+    assert loop.jump.waits.count(0) < 10  # (no spin: the second's wait is one wait, not thousands)
+
+
+def test_timers_of_the_wheel_and_of_asyncios_heap_run_in_the_order_of_their_when(loop: Virtual) -> None:
+    class Seconds(float):
+        pass
+
+    ran: list[str] = []
+    start = loop.time()
+    loop.call_at(start + 2, ran.append, "float 2")
+    loop.call_at(-math.inf, ran.append, "-inf")  # (asyncio's heap)
+    loop.call_at(Seconds(start + 1), ran.append, "float subclass 1")
+    loop.call_at(True, ran.append, "bool (past)")
+    loop.call_at(-(10**400), ran.append, "int below any float (past)")
+    loop.call_later(Seconds(4), ran.append, "call_later(float subclass) 4")
+    _run(loop, 5)
+    assert ran == [
+        "-inf",
+        "int below any float (past)",
+        "bool (past)",
+        "float subclass 1",
+        "float 2",
+        "call_later(float subclass) 4",
+    ]
+
+
+def test_call_later_goes_through_an_overridden_or_a_patched_call_at(loop: Virtual) -> None:
+    from unittest import mock
+
+    seen: list[float] = []
+
+    class Counting(Virtual):
+        def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+            seen.append(when)
+            return super().call_at(when, callback, *args, context=context)
+
+    made = Counting()
+    try:
+        made.call_later(1.0, print)
+        assert len(seen) == 1
+    finally:
+        made.close()
+    with mock.patch.object(loop, "call_at", wraps=loop.call_at) as patched:
+        loop.call_later(1.0, print)
+    assert patched.call_count == 1
+
+
+def test_in_debug_mode_a_timer_of_the_heap_keeps_the_stack_of_its_caller(loop: Virtual) -> None:
+    loop.set_debug(True)
+    handle = loop.call_at(math.inf, print)
+    assert handle._source_traceback[-1].name == sys._getframe().f_code.co_name
+    later = loop.call_later(math.inf, print)
+    assert later._source_traceback[-1].name == sys._getframe().f_code.co_name
+    handle.cancel()
+    later.cancel()
+
+
+def _uvloop() -> Any:
+    pytest.importorskip("uvloop", reason="uvloop is not installed: pip install 'timerwheel[uvloop]'")
+    return new_event_loop("uvloop")
+
+
+def test_on_uvloop_a_keyboard_interrupt_loses_none_of_the_timers_due_with_it() -> None:
+    made = _uvloop()
+    try:
+        ran: list[str] = []
+
+        def interrupt() -> None:
+            ran.append("interrupt")
+            raise KeyboardInterrupt
+
+        for callback in (lambda: ran.append("a"), interrupt, lambda: ran.append("b")):
+            made.call_at(made.time() - 1, callback)  # (all due at the same wake)
+        with pytest.raises(KeyboardInterrupt):
+            made.run_until_complete(asyncio.sleep(0.01))
+        made.run_until_complete(asyncio.sleep(0.01))  # (wall-clock: uvloop's clock is the system's)
+        assert ran == ["a", "interrupt", "b"]
+    finally:
+        made.close()
+
+
+def test_on_uvloop_a_timer_never_runs_early_and_the_loop_does_not_spin_to_it() -> None:
+    made = _uvloop()
+    try:
+        wakes = [0]
+        wake = made._on_wake
+
+        def counted() -> None:
+            wakes[0] += 1
+            wake()
+
+        made._on_wake = counted
+        early: list[float] = []
+        for i in range(20):
+            when = made.time() + 0.0004 + i * 0.0013  # (between uvloop's whole milliseconds)
+            made.call_at(when, lambda w=when: early.append(made.time() - w) if made.time() < w else None)
+        made.run_until_complete(asyncio.sleep(0.04))  # (wall-clock: uvloop's clock is the system's)
+        assert early == [] and wakes[0] <= 40  # (a wake per timer at most, and a few more: no spin)
+    finally:
+        made.close()
+
+
+def test_on_uvloop_debug_mode_gives_each_timer_uvloops_own_checks_and_reports() -> None:
+    made = _uvloop()
+    try:
+        made.set_debug(True)
+        failed: list[BaseException] = []
+
+        def elsewhere() -> None:
+            try:
+                made.call_later(60, print)
+            except RuntimeError as exc:
+                failed.append(exc)
+
+        async def main() -> None:
+            thread = threading.Thread(target=elsewhere)
+            thread.start()
+            thread.join()
+
+        made.run_until_complete(main())
+        assert failed and "Non-thread-safe" in str(failed[0])
+        handle = made.call_later(60, print)
+        assert handle._source_traceback[-1].name == sys._getframe().f_code.co_name
+        handle.cancel()
+    finally:
+        made.close()
+
+
+def test_on_uvloop_close_cancels_the_timers_pending_as_uvloop_does() -> None:
+    made = _uvloop()
+    handle = made.call_later(60, print)
+    made.close()
+    assert handle.cancelled() and len(made._timers.store) == 0
+
+
+def test_uvloops_own_tests_pass_on_the_wheel_loops() -> None:
+    """uvloop's test modules of its installed version (from its sdist on PyPI), run unmodified with
+    UVLoop as uvloop's loop and the wheel SelectorEventLoop as asyncio's (tests/peer_uvloop.py)."""
+    pytest.importorskip("uvloop", reason="uvloop is not installed: pip install 'timerwheel[uvloop]'")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "peer_uvloop.py")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    if done.returncode == 2:
+        pytest.skip(done.stderr.strip())
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "wheel uvloops made" in done.stdout

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+import sys
 from asyncio import base_events
 from collections.abc import Callable
 from contextvars import Context, copy_context
@@ -41,6 +42,7 @@ _TimerHandle = asyncio.TimerHandle
 _MAX_SELECT = getattr(base_events, "MAXIMUM_SELECT_TIMEOUT", 24 * 3600)
 _format_handle = getattr(base_events, "_format_handle", repr)
 _INF = math.inf
+_LOWEST = -sys.float_info.max  # (an int below it is no float: asyncio's heap takes it, as it is)
 _NUMBERS = (float, int)
 _copy_context = copy_context  # (a `when` of another type, a bool, a Decimal, goes to asyncio's heap as it is)
 
@@ -169,7 +171,11 @@ class _WheelTimers:
     _due: Any  # where a due timer's fire() puts it: the loop's ready queue, or UVLoop's batch
 
     def _init_timers(self) -> None:
-        self._timers = Scheduler(self.time)
+        try:  # (the wheel's start; a subclass whose clock is not ready yet in __init__ starts it at 0)
+            start = float(self.time())
+        except Exception:
+            start = 0.0
+        self._timers = Scheduler(lambda: start)  # (the engine reads no clock after this: times come in)
         self._timers.wake_below = -_INF  # (never woken: the loop asks for the next due each iteration)
         self._horizon = self._timers.store.horizon
 
@@ -178,14 +184,18 @@ class _WheelTimers:
     ) -> TimerHandle | None:
         """The timer in the wheel (made by TimerHandle's __init__: a debug mode's stack kept), or None: a
         `when` the wheel cannot hold (asyncio's heap takes it)."""
-        if not (-_INF < when < self._horizon):
+        if not (_LOWEST <= when < self._horizon):
             return None
         timer = TimerHandle(when, callback, args, self, context)  # type: ignore[arg-type]
         if timer._source_traceback:
             del timer._source_traceback[-2:]  # (this frame and call_at's: it ends where call_at was called)
-        self._timers.add_timer(timer, when)
+        self._timers.add_timer(timer, float(when))  # (a bool, an np.float64: its `when` stays as it is)
         timer._scheduled = True
         return timer
+
+
+def _when_of(handle: Any) -> Any:
+    return handle._when
 
 
 _new_handle = TimerHandle.__new__  # (a handle with no __init__ run: _armed sets every field)
@@ -220,6 +230,7 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
         super().__init__(selector)
         self._init_timers()
         self._due = self._ready
+        self._own_call_at = type(self).call_at is SelectorEventLoop.call_at  # (else call_later calls it)
 
     def call_at(
         self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
@@ -229,7 +240,7 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
             not self._debug
             and not self._closed
             and type(when) in _NUMBERS
-            and -_INF < when < self._horizon
+            and _LOWEST <= when < self._horizon
             and callable(callback)
         ):
             return _armed(self, when, callback, args, context)  # type: ignore[return-value]
@@ -239,18 +250,29 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-        timer = self._wheel_call_at(when, callback, args, context) if type(when) in _NUMBERS else None
+        timer: Any = (
+            self._wheel_call_at(when, callback, args, context) if isinstance(when, _NUMBERS) else None
+        )
         if timer is None:
-            return super().call_at(when, callback, *args, context=context)
-        return timer  # type: ignore[return-value]
+            timer = super().call_at(when, callback, *args, context=context)
+            if timer._source_traceback:
+                del timer._source_traceback[-1]  # (this frame: the stack ends where call_at was called)
+        return timer  # type: ignore[no-any-return]
 
     def call_later(
         self, delay: float, callback: Callable[..., object], *args: Any, context: Context | None = None
     ) -> asyncio.TimerHandle:
         """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1)."""
-        if type(delay) in _NUMBERS and not self._debug and not self._closed and callable(callback):
+        if (
+            type(delay) in _NUMBERS
+            and not self._debug
+            and not self._closed
+            and callable(callback)
+            and self._own_call_at
+            and "call_at" not in self.__dict__  # (asyncio's call_later goes through call_at: a patched one)
+        ):
             when = self.time() + delay
-            if -_INF < when < self._horizon:
+            if _LOWEST <= when < self._horizon:
                 return _armed(self, when, callback, args, context)  # type: ignore[return-value]
         if delay is None:
             raise TypeError("delay must not be None")
@@ -262,7 +284,8 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
     def close(self) -> None:
         """asyncio's close(); the timers pending are dropped as asyncio drops its own (not cancelled)."""
         super().close()
-        for timer in self._timers.release_timers():
+        timers = getattr(self, "_timers", None)  # (None: an __init__ that failed before it was made)
+        for timer in [] if timers is None else timers.release_timers():
             timer._scheduled = False
 
     def _run_once(self) -> None:
@@ -278,23 +301,32 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
             timeout = 0
         else:
             due = timers.next_due()
-            if heap and (due is None or heap[0]._when < due):
+            if heap and (due is None or not heap[0]._when >= due):  # (a NaN at the heap's head too)
                 due = heap[0]._when
             if due is not None:
-                timeout = min(max(0, due - self.time()), _MAX_SELECT)
+                timeout = min(max(0, due - self.time()), _MAX_SELECT)  # (NaN: 0, and it runs below)
         event_list = self._selector.select(timeout)
         self._process_events(event_list)
         event_list = None
         # Due: `when` before end_time (asyncio's rule), that is at or before the float just below it.
         end_time = self.time() + self._clock_resolution
         ready = self._ready
-        while heap and heap[0]._when < end_time:  # (the heap's: -inf, or far in the past first)
+        popped = None  # (the heap's due timers: asyncio's own test, which a NaN passes at once)
+        while heap and not heap[0]._when >= end_time:
             handle = heapq.heappop(heap)
             handle._scheduled = False
-            ready.append(handle)
+            if popped is None:
+                popped = []
+            popped.append(handle)
         due = timers.next_due()
         if due is not None and due < end_time:
-            timers.drain(math.nextafter(end_time, -_INF))  # (each due timer's fire() makes it ready)
+            limit = math.nextafter(end_time, -_INF)
+            if popped is None and limit >= timers.store.now:
+                timers.drain(limit)  # (each due timer's fire() makes it ready)
+            else:
+                popped = self._drain_merged(limit, popped)
+        if popped is not None:
+            ready.extend(popped)
         ntodo = len(ready)
         for _ in range(ntodo):
             handle = ready.popleft()
@@ -315,6 +347,27 @@ class SelectorEventLoop(_WheelTimers, asyncio.SelectorEventLoop):
             else:
                 handle._run()
         handle = None  # type: ignore[assignment]  # (no reference to the last callback kept between iterations)
+
+    def _drain_merged(self, limit: float, popped: list[Any] | None) -> list[Any]:
+        """The wheel's timers due by `limit`, in order, merged by `when` with the heap's (`popped`). The
+        uncommon cases: both stores have due timers; or the clock went back (or a fake clock reads below
+        the loop's start), where the wheel, which never goes back, gives more than is due: those are put
+        back."""
+        timers, ready = self._timers, self._ready
+        fired: list[Any] = []
+        self._due = fired
+        try:
+            timers.drain(limit)
+        finally:
+            self._due = ready
+        if limit < timers.store.now:
+            early = [h for h in fired if h._when > limit]
+            if early:
+                fired = [h for h in fired if h._when <= limit]
+                for handle in early:
+                    timers.add_timer(handle, float(handle._when))
+                    handle._scheduled = True
+        return fired if popped is None else list(heapq.merge(popped, fired, key=_when_of))
 
     def _prune_heap(self) -> None:
         """asyncio's upkeep of its heap (the timers the wheel cannot hold): drop cancelled entries."""
@@ -348,20 +401,25 @@ def _uvloop_class() -> type[asyncio.AbstractEventLoop]:
             self._armed = _INF
             self._wake: asyncio.TimerHandle | None = None
             self._due: list[TimerHandle] = []  # (fire() appends to it: the wheel's due timers, in order)
+            self._context = Context()  # (the wake's: it keeps no caller's context alive)
 
         def call_at(
             self, when: float, callback: Callable[..., object], *args: Any, context: Context | None = None
         ) -> asyncio.TimerHandle:
-            """Call callback(*args) at the loop time `when` (asyncio's call_at), on the wheel: O(1)."""
+            """Call callback(*args) at the loop time `when` (asyncio's call_at), on the wheel: O(1).
+
+            In debug mode, and for a `when` the wheel cannot hold, the timer is uvloop's own (so its
+            debug checks and reports are uvloop's: the thread, the stack, a slow callback)."""
             if when is None:
                 raise TypeError("when cannot be None")
+            if not isinstance(when, _NUMBERS) or not (_LOWEST <= when < self._horizon) or self.get_debug():
+                return self._native(when - self.time(), callback, args, context)
             if self.is_closed():
                 raise RuntimeError("Event loop is closed")
             if not callable(callback):
                 raise TypeError("a callable object was expected by call_at()")
-            timer = self._wheel_call_at(when, callback, args, context) if type(when) in _NUMBERS else None
-            if timer is None:  # (uvloop's call_at is its call_later, which would come back here)
-                return super().call_later(when - self.time(), callback, *args, context=context)
+            timer = _armed(self, float(when), callback, args, context)
+            timer._when = when
             if when < self._armed:
                 self._arm(when)
             return timer  # type: ignore[return-value]
@@ -369,18 +427,40 @@ def _uvloop_class() -> type[asyncio.AbstractEventLoop]:
         def call_later(
             self, delay: float, callback: Callable[..., object], *args: Any, context: Context | None = None
         ) -> asyncio.TimerHandle:
-            """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1)."""
+            """Call callback(*args) `delay` seconds from now (asyncio's call_later), on the wheel: O(1);
+            uvloop's own timer in debug mode (see call_at)."""
             if delay is None:
                 raise TypeError("delay must not be None")
+            if type(delay) not in _NUMBERS or self.get_debug():
+                return self._native(delay, callback, args, context)
             return self.call_at(self.time() + delay, callback, *args, context=context)
 
+        def _native(
+            self,
+            delay: float,
+            callback: Callable[..., object],
+            args: tuple[Any, ...],
+            context: Context | None,
+        ) -> asyncio.TimerHandle:
+            """uvloop's own timer (its call_at is its call_later, which would come back here)."""
+            handle = uvloop.Loop.call_later(self, delay, callback, *args, context=context)
+            stack = getattr(handle, "_source_traceback", None)
+            if stack:
+                del stack[-2:]  # (this frame and call_at's or call_later's: it ends at their caller)
+            return handle
+
         def close(self) -> None:
+            """uvloop's close(); the timers pending are cancelled, as uvloop cancels its own."""
             super().close()
-            for timer in self._timers.release_timers():
+            timers = getattr(self, "_timers", None)
+            for timer in [] if timers is None else timers.release_timers():
                 timer._scheduled = False
+                timer.cancel()
 
         def _arm(self, when: float) -> None:
-            wake = super().call_later(when - self.time(), self._on_wake)
+            # (uvloop counts whole milliseconds, rounding a delay: rounded up, it never wakes before `when`)
+            delay = max(math.ceil((when - self.time()) * 1000.0), 0) / 1000.0
+            wake = uvloop.Loop.call_later(self, delay, self._on_wake, context=self._context)
             if self._wake is not None:
                 self._wake.cancel()
             self._wake, self._armed = wake, when
@@ -394,10 +474,17 @@ def _uvloop_class() -> type[asyncio.AbstractEventLoop]:
             if due is not None and due <= now:
                 timers.drain(now)
             batch, self._due = self._due, []
+            done = 0
             try:
                 for handle in batch:
+                    done += 1
                     if not handle._cancelled:
                         handle._run()
+            except BaseException:  # (KeyboardInterrupt, SystemExit: the rest run first at the next wake)
+                self._due[:0] = batch[done:]
+                if self._due:
+                    self._arm(now)
+                raise
             finally:
                 due = timers.next_due()
                 if due is not None and due < self._armed:
