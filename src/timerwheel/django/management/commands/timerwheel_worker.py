@@ -50,7 +50,8 @@ class Command(BaseCommand):
             signal.signal(signum, stopping)
         try:
             keyed.start()
-            self.stdout.write(f"timerwheel worker: {len(keyed)} keys; stop with SIGINT or SIGTERM")
+            held = len(keyed)
+            self.stdout.write(f"timerwheel worker: {held} keys held at start; stop with SIGINT or SIGTERM")
             self.stdout.flush()
             stop.wait(options["seconds"])
         except Exception as exc:
