@@ -30,6 +30,7 @@ import urllib.request
 from pathlib import Path
 
 import timerwheel.loop
+from peer_asyncio import report  # (this directory: the script's own)
 
 #: The modules whose loops arm timers (test_tcp and test_dns need pyOpenSSL and a resolver: left out).
 MODULES = (
@@ -106,16 +107,8 @@ def main(names: list[str]) -> int:
         suite = unittest.defaultTestLoader.loadTestsFromNames([f"uvloop_tests.{n}" for n in wanted])
         began = time.perf_counter()
         result = unittest.TextTestRunner(verbosity=1).run(suite)
-    failed = [test.id() for test, _ in result.failures + result.errors]
-    unexpected = [t for t in failed if t.split(".", 1)[-1] not in KNOWN]
-    print(
-        f"uvloop {uvloop.__version__}: {', '.join(wanted)}: {result.testsRun} tests, {len(failed)} failed "
-        f"({len(failed) - len(unexpected)} known), {len(result.skipped)} skipped, {made[0]} wheel uvloops "
-        f"made, {time.perf_counter() - began:.0f} s"
-    )
-    for test in unexpected:
-        print(f"unexpected failure: {test}")
-    return 1 if unexpected or made[0] == 0 else 0
+    title = f"uvloop {uvloop.__version__}: {', '.join(wanted)}"
+    return report(title, result, KNOWN, f"{made[0]} wheel uvloops made", began, made[0])
 
 
 if __name__ == "__main__":
