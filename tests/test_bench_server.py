@@ -247,18 +247,21 @@ def test_a_bad_pattern_is_refused() -> None:
         EchoServer("heapq")
 
 
-def test_one_run_measures_the_server_s_cpu_per_message() -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "timerwheel.loop"])
+def test_one_run_measures_the_server_s_cpu_per_message_its_latency_and_memory(loop: str) -> None:
     """A tiny real run: a server process and a load generator process on 127.0.0.1."""
     phases = [Phase("saturated", None, 0.05, 0.2), Phase("moderate", 500.0, 0.05, 0.2)]
-    record = run_server("timerwheel", "asyncio", 20, phases, in_process=(10, 2), max_seconds=60.0)
+    record = run_server("timerwheel", loop, 20, phases, in_process=(10, 2), max_seconds=60.0)
     assert record["connected"] == 20
     for name in ("saturated", "moderate"):
         result = record["phases"][name]
         assert result["messages"] > 0 and result["us_per_message"] > 0
-        assert result["iterations"] > 0  # counted on the stdlib loop
+        assert result["iterations"] > 0  # counted on the selector loops
+        assert 0 < result["p50_us"] <= result["p99_us"] and result["server_mb"] > 1
     assert record["phases"]["in-process"]["us_per_message"] > 0
     assert record["closed"]["early"] == 0 and record["closed"]["connections"] == 20
     rows = summarize([record, {**record, "pattern": "none"}])
     assert {r["phase"] for r in rows} == {"saturated", "moderate", "in-process"}
     assert all(r["timer_share"] == 0.0 for r in rows if r["pattern"] == "timerwheel")
     assert "timerwheel" in format_server_report(rows, 20)
+    assert "timerwheel" in format_server_report(summarize([record], "p99_us"), 20, "p99_us")

@@ -5,8 +5,9 @@ on them, in a process of its own (uvloop if it is installed).
 
 It opens the connections (each sends one message), prints one JSON line, then takes commands on stdin:
 `saturate` (each connection one message in flight, sent again as soon as its echo is back), `rate R A`
-(R messages per second in all, round-robin over the first A connections), `pause`, `count`, `quit`. It
-stops by itself after --max-seconds.
+(R messages per second in all, round-robin over the first A connections), `pause`, `count`, `latency`
+(the round trips' p50 and p99 since the last `latency`, in microseconds), `quit`. It stops by itself
+after --max-seconds.
 """
 
 from __future__ import annotations
@@ -14,23 +15,38 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import cast
+from time import perf_counter
+from typing import Any, cast
 
 from .server import LOOPS, MESSAGE, Commands, new_loop, raise_fd_limit, say
 
 __all__ = ["Generator", "main"]
 
 
+def percentiles(seconds: list[float]) -> dict[str, Any]:
+    """The median and the 99th percentile of round trips, in microseconds (None: there were none)."""
+    if not seconds:
+        return {"round_trips": 0, "p50_us": None, "p99_us": None}
+    ordered = sorted(seconds)
+    at = min(len(ordered) - 1, int(0.99 * len(ordered)))
+    return {
+        "round_trips": len(ordered),
+        "p50_us": ordered[len(ordered) // 2] * 1e6,
+        "p99_us": ordered[at] * 1e6,
+    }
+
+
 class _Client(asyncio.Protocol):
     """One client connection: sends MESSAGE, waits for all of its echo."""
 
-    __slots__ = ("gen", "index", "received", "transport", "waiting")
+    __slots__ = ("gen", "index", "received", "sent_at", "transport", "waiting")
 
     def __init__(self, gen: Generator, index: int) -> None:
         self.gen, self.index = gen, index
         self.transport: asyncio.Transport | None = None
         self.waiting = False  # a message in flight
         self.received = 0
+        self.sent_at = 0.0  # (perf_counter() as the message in flight was sent: its round trip's start)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
@@ -38,6 +54,7 @@ class _Client(asyncio.Protocol):
     def send(self) -> None:
         assert self.transport is not None
         self.waiting = True
+        self.sent_at = perf_counter()
         self.transport.write(MESSAGE)
 
     def data_received(self, data: bytes) -> None:
@@ -45,6 +62,7 @@ class _Client(asyncio.Protocol):
         if self.received >= len(MESSAGE):
             self.received -= len(MESSAGE)
             self.waiting = False
+            self.gen.round_trips.append(perf_counter() - self.sent_at)
             self.gen.echoed(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -68,6 +86,7 @@ class Generator:
         self.sent = 0
         self.rate_start = 0.0
         self.ticker: asyncio.TimerHandle | None = None
+        self.round_trips: list[float] = []  # (seconds, since the last `latency` command)
 
     async def connect(self, host: str = "127.0.0.1", at_once: int = 256) -> None:
         """Open the connections, `at_once` at a time; each sends one message (its first)."""
@@ -142,6 +161,9 @@ async def _load_main(args: argparse.Namespace) -> None:
             gen.set_mode("pause")
         elif words[0] == "count":
             say({"echoes": gen.echoes, "lost": gen.lost})
+        elif words[0] == "latency":  # the round trips since the last `latency`: percentiles, in us
+            say(percentiles(gen.round_trips))
+            gen.round_trips = []
         elif words[0] == "quit" and not done.done():
             done.set_result(None)
 

@@ -91,12 +91,15 @@ class _Child:
                     pipe.close()
 
 
-def _window(server: _Child, phase: Phase) -> dict[str, Any]:
-    """The server's CPU time and messages over one measured window of `phase` (its load already on)."""
+def _window(server: _Child, client: _Child, phase: Phase) -> dict[str, Any]:
+    """The server's CPU time and messages over one measured window of `phase` (its load already on), the
+    round trips the load generator saw meanwhile (p50, p99), and the server's peak memory so far."""
     time.sleep(phase.warm)  # the load runs in the other processes: this one only waits
+    client.ask("latency")  # (from here on)
     start = server.ask("mark")
     time.sleep(phase.window)
     end = server.ask("mark")
+    latency = client.ask("latency")
     messages, cpu = end["messages"] - start["messages"], end["cpu"] - start["cpu"]
     seconds = end["time"] - start["time"]
     result = {
@@ -105,6 +108,9 @@ def _window(server: _Child, phase: Phase) -> dict[str, Any]:
         "cpu": cpu,
         "us_per_message": cpu / messages * 1e6 if messages else None,
         "messages_per_second": messages / seconds if seconds > 0 else 0.0,
+        "p50_us": latency["p50_us"],
+        "p99_us": latency["p99_us"],
+        "server_mb": end["max_rss_kb"] / 1024 if end.get("max_rss_kb") is not None else None,
     }
     if start["iterations"] is not None:  # the stdlib loop counts its iterations
         iterations = end["iterations"] - start["iterations"]
@@ -144,7 +150,7 @@ def run_server(
         record["fd_limit"] = min(hello["fd_limit"], connected["fd_limit"])
         for phase in phases:
             client.send("saturate" if phase.rate is None else f"rate {phase.rate} {phase.active}")
-            record["phases"][phase.name] = _window(server, phase)
+            record["phases"][phase.name] = _window(server, client, phase)
             client.send("pause")
         client.close()
         client = None
@@ -243,6 +249,8 @@ UNITS = {
     "us_per_message": "CPU microseconds per message",
     "us_per_iteration": "CPU microseconds per loop iteration",
     "messages_per_second": "messages echoed per second",
+    "p99_us": "99th percentile of the round trip, microseconds (as the load generator saw it)",
+    "server_mb": "the server's peak resident memory, MB",
 }
 
 

@@ -59,6 +59,7 @@ __all__ = [
     "cpu_seconds",
     "in_process",
     "new_loop",
+    "peak_rss_kb",
     "raise_fd_limit",
     "say",
 ]
@@ -510,6 +511,16 @@ def cpu_seconds() -> float:
     return time.process_time()
 
 
+def peak_rss_kb() -> int | None:
+    """This process's peak resident memory so far, in KiB (None where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:  # (Windows)
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak  # (macOS counts bytes, Linux KiB)
+
+
 class Commands:
     """Lines on stdin, read by the running loop: each one handed to `handle`; end of input calls `eof`."""
 
@@ -592,6 +603,7 @@ async def _serve_main(args: argparse.Namespace, selector: CountingSelector | Non
                     "messages": server.messages,
                     "iterations": selector.iterations if selector is not None else None,
                     "time": loop.time(),
+                    "max_rss_kb": peak_rss_kb(),
                     **server.stats,
                 }
             )
