@@ -241,6 +241,64 @@ def test_on_postgres_a_row_it_cannot_read_is_listed_as_such_and_the_other_keys_s
     ]
 
 
+def test_a_file_whose_name_has_a_hash_or_a_question_mark_is_opened_and_nothing_else_is_made(
+    db: tuple[Path, str, ManualClock], tmp_path: Path
+) -> None:
+    path, _, _ = db
+    for name in ("my#jobs.db", "jobs?v=2.db"):
+        other = tmp_path / "odd" / name
+        other.parent.mkdir(exist_ok=True)
+        other.write_bytes(path.read_bytes())
+        listed = keys(f"sqlite:///{other}", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert [k["key"] for k in json.loads(listed.stdout)] == ["report", 7]
+    made = [p.name for p in (tmp_path / "odd").iterdir()]  # (the files and their -wal and -shm: no "my")
+    assert made and all(name.startswith(("my#jobs.db", "jobs?v=2.db")) for name in made), made
+
+
+def test_a_key_named_with_bytes_the_terminal_cannot_write_is_said_escaped(
+    db: tuple[Path, str, ManualClock],
+) -> None:
+    import os
+
+    _, url, _ = db
+    done = subprocess.run(
+        [sys.executable, "-m", "timerwheel", "keys", "--store", url, "pause", os.fsdecode(b"nokey\xff")],
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert done.returncode == 1 and done.stdout == b"nokey\\udcff: no such key\n", done.stderr
+
+
+def test_on_postgres_a_name_two_rows_share_is_refused_and_a_key_too_long_is_an_error(pg_dsn: str) -> None:
+    """A row written by hand whose stored key is `abc` (not the JSON timerwheel writes) beside the key
+    "abc": `remove abc` names both, so it is refused and removes nothing; a row whose key is longer
+    than the store takes is an error, not a traceback."""
+    import psycopg
+
+    a = Node(pg_dsn, collections.Counter(), next_run=every(3600))
+    a.keyed.upsert("abc", {"every": 1})
+    a.close()
+    with psycopg.connect(pg_dsn) as conn:
+        columns = "data, generation, state, next_run_at, last_scheduled_for, last_error"
+        for raw in ("abc", json.dumps("L" * 1200)):
+            conn.execute(
+                f"INSERT INTO timerwheel_keys (key, {columns}) SELECT %s, {columns} FROM timerwheel_keys "
+                "WHERE key = %s",
+                (raw, '"abc"'),
+            )
+    refused = keys(pg_dsn, "remove", "abc")
+    assert refused.returncode == 1 and "names 2 rows" in refused.stderr
+    assert "abc" in [
+        k["key"] for k in json.loads(keys(pg_dsn, "list", "--json").stdout) if k["state"] == "pending"
+    ]
+    long = keys(pg_dsn, "pause", "L" * 1200, "--json")
+    assert long.returncode == 1 and "at most 1000 characters" in json.loads(long.stdout)["error"]
+    assert "Traceback" not in long.stderr
+
+
 def test_an_operators_store_counts_for_no_share_from_its_first_commit(pg_dsn: str) -> None:
     from timerwheel import PostgresStore
 

@@ -158,6 +158,41 @@ def test_a_fire_older_than_one_of_its_key_that_began_is_skipped_in_every_store(s
     life.close()
 
 
+def test_an_upserts_first_fire_is_not_held_back_by_an_older_generations_latest_fire(store: Any) -> None:
+    """A one-off key ran at 50; upserted (a new generation) with an overdue date, 30, its fire runs at
+    once: the older generation's fire of 50 does not make it "older than one that began"."""
+
+    def one_off(now: datetime, key: Any, data: Any) -> datetime:
+        return datetime.fromtimestamp(T0 + data, UTC)
+
+    life = Life(store, next_run=one_off)
+    life.keyed.upsert("report", 50)
+    life.keyed.start()
+    life.advance(55)
+    life.finish("report", 50.0)
+    life.advance(5)
+    life.keyed.upsert("report", 30)
+    life.advance(1)
+    assert [(at, start) for _, at, start in life.started] == [(50.0, 50.0), (30.0, 60.0)]
+    assert life.keyed.stats().skipped == 0
+    life.close()
+
+
+def test_under_replace_a_fire_older_than_one_that_began_replaces_nothing(store: Any) -> None:
+    """As the test above it, under Overlap.REPLACE: the fire of 20, older than the trigger's 24 that
+    began beside the run of 10, is skipped, and tells neither run to stop."""
+    life = Life(store, overlap=Overlap.REPLACE)
+    life.keyed.upsert("k")
+    life.keyed.start()
+    life.advance(19.5)
+    life.loop.set_wall(T0 + 24)
+    life.keyed.trigger("k", overlap=Overlap.ALLOW)
+    life.advance(1.5)
+    assert life.running() == [("k", 10.0), ("k", 24.0)] and life.ended == []
+    assert life.keyed.stats().skipped == 1
+    life.close()
+
+
 def test_replace_tells_the_running_run_to_stop_and_starts_at_once(store: Any) -> None:
     life = Life(store, overlap=Overlap.REPLACE)
     life.keyed.upsert("k")

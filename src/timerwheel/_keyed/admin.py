@@ -13,6 +13,7 @@ import time
 from collections.abc import Hashable
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
+from urllib.parse import quote
 
 from .._stores import PostgresStore, SQLiteStore, StoredKey, StoreError, stored_key
 from .keys import HistoryEntry, entry_of
@@ -73,7 +74,9 @@ def _a_store_file(path: str) -> bool:
     import sqlite3
 
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # (a URI: a '?', '#' or '%' in the name is quoted, or SQLite would read it as the URI's query or
+        # fragment, and open another file read-write, creating it)
+        db = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True)
         try:
             found = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'timerwheel_keys'").fetchone()
         finally:
@@ -114,6 +117,7 @@ class StoreKeys:
     def __init__(self, url: str) -> None:
         self.store = store_from_url(url)
         self.shared = isinstance(self.store, PostgresStore)
+        self._stored: dict[Hashable, list[str]] = {}  # an unreadable row's key -> its stored key text
 
     def close(self) -> None:
         self.store.close()
@@ -122,23 +126,41 @@ class StoreKeys:
         """Every key, in key order (str keys, then int keys). A PostgreSQL row this timerwheel cannot
         read is a key in state "unreadable" with the reason as its last_error (its holders pass over it);
         a SQLite file with one is refused whole, as a KeyedScheduler refuses it (a StoreError)."""
+        self._stored.clear()
         if isinstance(self.store, PostgresStore):
-            views = [_view(row, owner, live, text) for text, row, owner, live in self.store.rows()]
+            views = []
+            for text, row, owner, live in self.store.rows():
+                view = _view(row, owner, live, text)
+                if view.state == UNREADABLE:
+                    self._stored.setdefault(view.key, []).append(text)
+                views.append(view)
         else:
             views = [_view(row, None, False) for row in self.store.load()[0]]
         return sorted(views, key=lambda v: (type(v.key) is int, v.key))
 
     def find(self, text: str) -> KeyView | None:
         """The stored key a command line's KEY names: the str key, or else the int key those digits
-        write (as str(key) does: "7", "-7", never "07" or "+7"); None: no such key."""
-        views = {view.key: view for view in self.keys()}
-        if text in views:
-            return views[text]
-        try:
-            number = int(text)
-        except ValueError:
-            return None
-        return views.get(number) if str(number) == text else None
+        write (as str(key) does: "7", "-7", never "07" or "+7"); None: no such key. A StoreError if the
+        name is two rows' (a key, and a row this timerwheel cannot read whose stored key reads the same)."""
+        found: dict[Hashable, list[KeyView]] = {}
+        for view in self.keys():
+            found.setdefault(view.key, []).append(view)
+        name: Hashable = text
+        if text not in found:
+            try:
+                name = int(text)
+            except ValueError:
+                return None
+            if str(name) != text or name not in found:
+                return None
+        views = found[name]
+        if len(views) > 1:
+            stored = ", ".join(repr(t) for t in self._stored.get(name, []))
+            raise StoreError(
+                f"{text!r} names {len(views)} rows, some of which this timerwheel cannot read (stored keys "
+                f"{stored}): delete those with SQL (DELETE FROM timerwheel_keys WHERE key = ...)"
+            )
+        return views[0]
 
     def history(self, key: Hashable) -> list[HistoryEntry]:
         """The key's history, newest first."""
@@ -175,9 +197,13 @@ class StoreKeys:
         self.store.save([row._replace(triggered=text)])
         return _at(us)
 
-    def remove(self, key: Hashable) -> bool:
-        """Remove the key (KeyedScheduler.remove); False: no such key."""
-        return bool(self.store.delete(key))
+    def remove(self, view: KeyView) -> bool:
+        """Remove the key (KeyedScheduler.remove), or the row this timerwheel cannot read; False: no such
+        key."""
+        if isinstance(self.store, PostgresStore) and view.state == UNREADABLE:
+            (stored,) = self._stored[view.key]
+            return self.store.delete_row(stored)
+        return bool(self.store.delete(view.key))
 
     def _row(self, key: Hashable) -> StoredKey | None:
         assert isinstance(self.store, SQLiteStore)

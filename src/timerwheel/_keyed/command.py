@@ -74,7 +74,7 @@ def main(argv: Sequence[str], out: TextIO | None = None) -> int:
         return _error(args, out, exc, 2 if isinstance(exc, ValueError) else 1)
     try:
         return _run(keys, args, out)
-    except StoreError as exc:
+    except (StoreError, ValueError) as exc:  # (ValueError: a stored key the store cannot name, too long)
         return _error(args, out, exc, 1)
     except BrokenPipeError:  # (piped into a program that stopped reading, such as head: quietly)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -100,6 +100,7 @@ def _run(keys: StoreKeys, args: argparse.Namespace, out: TextIO) -> int:
         return _missing(args, out)
     if args.command == "show":
         return _show(keys, view, args.json, out)
+    name = _cell(args.key)  # (as typed: shown escaped)
     if view.state == UNREADABLE and args.command != "remove":  # (its holders pass over it)
         raise StoreError(f"{view.last_error}: remove the key, or correct its row")
     key = view.key
@@ -108,19 +109,19 @@ def _run(keys: StoreKeys, args: argparse.Namespace, out: TextIO) -> int:
     if args.command == "trigger":
         at = keys.trigger(key)
         if at is None:  # (removed meanwhile, or paused)
-            return _say(args, out, {"key": key, "triggered": None}, f"{args.key}: paused, not triggered", 1)
+            return _say(args, out, {"key": key, "triggered": None}, f"{name}: paused, not triggered", 1)
         where = "its holder runs it" if keys.shared else "the next process to open the file runs it"
         return _say(
             args,
             out,
             {"key": key, "triggered": at.isoformat()},
-            f"triggered {args.key} at {_when(at)}: {where}",
+            f"triggered {name} at {_when(at)}: {where}",
         )
-    done = keys.remove(key) if args.command == "remove" else keys.set_paused(key, args.command == "pause")
+    done = keys.remove(view) if args.command == "remove" else keys.set_paused(key, args.command == "pause")
     if not done:
         return _missing(args, out)
     past = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.command]
-    return _say(args, out, {"key": key, past: True}, f"{past} {args.key}")
+    return _say(args, out, {"key": key, past: True}, f"{past} {name}")
 
 
 def _show(keys: StoreKeys, view: KeyView, as_json: bool, out: TextIO) -> int:
@@ -178,7 +179,9 @@ def _preview(view: KeyView, args: argparse.Namespace, out: TextIO) -> int:
             keyed.upsert(key, view.data, **options)
             info = keyed.get(key)
             if info is not None and info.state is KeyState.INVALID:
-                print(f"error: {args.next_run} fails for {args.key}: {info.last_error}", file=sys.stderr)
+                print(
+                    f"error: {args.next_run} fails for {_cell(args.key)}: {info.last_error}", file=sys.stderr
+                )
                 return 1
             start = datetime.now(UTC)
             entries = keyed.preview(key, start, start + timedelta(hours=args.hours), limit=args.limit)
@@ -216,7 +219,7 @@ def _error(args: argparse.Namespace, out: TextIO, exc: Exception, status: int) -
 
 
 def _missing(args: argparse.Namespace, out: TextIO) -> int:
-    return _say(args, out, {"key": args.key, "error": "no such key"}, f"{args.key}: no such key", 1)
+    return _say(args, out, {"key": args.key, "error": "no such key"}, f"{_cell(args.key)}: no such key", 1)
 
 
 def _say(args: argparse.Namespace, out: TextIO, data: dict[str, Any], text: str, status: int = 0) -> int:

@@ -370,6 +370,7 @@ class Key(WallTimer):
         "retrying",
         "running",
         "runs",
+        "started_in",
         "state",
         "taken_up",
         "taking",
@@ -397,6 +398,8 @@ class Key(WallTimer):
         self.last_error: str | None = None
         self.contexts: list[JobContext] | None = None  # of its runs going on (a list only while some are)
         self.last_scheduled_for: float | None = None  # of its latest fire (kept by a durable store)
+        # the generation of that fire (a row read: the row's, at most); None: none started
+        self.started_in: int | None = None
         self.catch_up: list[tuple[float, bool]] | None = None  # fires to run at once: (when, a rerun)
         # (generation, wall time) of the catch-up a start or a claim decided (its queue): every fire up
         # to then was decided (queued, or reported missed): none of them is run by a later plan
@@ -824,21 +827,36 @@ def advancing(result: Any, scheduled_for: float) -> Any:
     return result
 
 
-def latest_started(rec: Key, scheduled_for: float) -> float:
+def latest_started(rec: Key, scheduled_for: float, generation: int | None = None) -> float:
     """The key's latest started fire once this one starts: this one, unless it is older than the latest
     (a rerun after a life whose wall clock ran ahead; a fire that waited behind a run while a trigger
-    began beside it). It never moves back: no fire at or before it runs again, and a retry of an older
-    fire gives way to it."""
+    began beside it). It never moves back within a generation: no fire at or before it runs again, and a
+    retry of an older fire gives way to it. A fire of a newer generation (`generation`) than the latest
+    started one's is not held back by it (the stores take it: their fire log is a generation's)."""
     latest = rec.last_scheduled_for
-    return scheduled_for if latest is None or latest < scheduled_for else latest
+    if latest is None or latest < scheduled_for:
+        return scheduled_for
+    if generation is not None and rec.started_in is not None and generation > rec.started_in:
+        return scheduled_for
+    return latest
 
 
-def since(rec: Key, wall_now: float, scheduled_for: float) -> float:
+def behind(rec: Key, generation: int, scheduled_for: float) -> bool:
+    """Whether a fire of the key is older than its latest started fire of this generation (or of an older
+    one, where the generation of the latest is not known: a row read): such a fire does not begin (see
+    Runs._passed). A newer generation's fire is not held back by an older generation's latest."""
+    latest = rec.last_scheduled_for
+    if latest is None or scheduled_for >= latest:
+        return False
+    return rec.started_in is None or generation <= rec.started_in
+
+
+def since(rec: Key, wall_now: float, scheduled_for: float, generation: int | None = None) -> float:
     """The time next_run is asked from after a fire: now, never before the fire (a wall clock that
-    stepped back), nor before the key's latest started fire (a rerun of an older one), so that no fire
-    at or before one that started runs again; nor before its catch-up's decision (Key.decided), so that
-    no fire it reported missed runs after all."""
-    after = max(wall_now, latest_started(rec, scheduled_for))
+    stepped back), nor before the key's latest started fire of its generation (a rerun of an older one),
+    so that no fire at or before one that started runs again; nor before its catch-up's decision
+    (Key.decided), so that no fire it reported missed runs after all."""
+    after = max(wall_now, latest_started(rec, scheduled_for, generation))
     decided = rec.decided
     if decided is not None and decided[0] == rec.generation and decided[1] > after:
         return decided[1]

@@ -30,6 +30,7 @@ from .keys import (
     Retrying,
     Trigger,
     advancing,
+    behind,
     decided,
     describe,
     from_posix,
@@ -562,7 +563,9 @@ class Runs:
         elif self.table.reschedule is Reschedule.BEFORE_RUN:
             # (at the fire's time if the wall clock stepped back behind it: a sound schedule advances)
             result = advancing(
-                self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for), runs=runs),
+                self.table.evaluate(
+                    rec.key, rec.data, since(rec, wall_now, scheduled_for, generation), runs=runs
+                ),
                 scheduled_for,
             )
             state, at, last_error = outcome_of(rec, result)
@@ -577,7 +580,7 @@ class Runs:
                 KeyState.RUNNING if state is not KeyState.INVALID else state,
                 at,
                 last_error,
-                latest_started(rec, scheduled_for),
+                latest_started(rec, scheduled_for, generation),
                 triggered=None if trigger is not None else OWN,  # (its take clears it)
                 runs=runs,
             )
@@ -648,6 +651,8 @@ class Runs:
         waits for the runs to end (QUEUE_ONE; a fire a catch-up decided to run, under SKIP and REPLACE
         too: end() arms it again, and the key is not armed meanwhile), or it is skipped (SKIP). REPLACE
         tells the runs going to stop (their ctx.cancelled), and the fire goes on."""
+        if not rerun and behind(rec, generation, scheduled_for):
+            return False  # (skipped as it is to begin, by _passed: it waits for no run, and replaces none)
         trigger = self._trigger_of(rec, generation, scheduled_for, rerun)
         overlap = self.table.overlap_of(rec, trigger)
         if overlap is Overlap.ALLOW:
@@ -675,8 +680,7 @@ class Runs:
         started fire, and so skipped: a newer fire began after it was planned (a trigger that ran beside
         the key's run, under Overlap.ALLOW, while this one waited). No fire of a key begins after a newer
         one; every store agrees (a durable one would refuse its take)."""
-        latest = rec.last_scheduled_for
-        if latest is None or scheduled_for >= latest:
+        if not behind(rec, generation, scheduled_for):
             return False
         try:
             wall_now = self.table.wall_now()
@@ -717,7 +721,7 @@ class Runs:
             (state, at), last_error = trigger.before, rec.last_error
         else:
             result = advancing(
-                t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for)), scheduled_for
+                t.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for, generation)), scheduled_for
             )
             state, at, last_error = outcome_of(rec, result)
         if rec.state is KeyState.RUNNING and state is not KeyState.INVALID:
@@ -852,7 +856,9 @@ class Runs:
             # (taken: off the queue. A take of an older generation leaves the key, upserted meanwhile,
             # as the upsert made it: its queue may hold its first fire, waiting for this one to end.)
             rec.catch_up = start.rest or None
-            rec.last_scheduled_for = latest_started(rec, scheduled_for)
+            rec.last_scheduled_for = latest_started(rec, scheduled_for, generation)
+            if rec.last_scheduled_for == scheduled_for:
+                rec.started_in = generation
             rec.runs = max(rec.runs, start.runs)  # (counted: its take wrote the count, or made it)
             if start.trigger is not None and rec.triggered is start.trigger:
                 rec.triggered = None  # (run: its take cleared it in the store)
@@ -967,7 +973,9 @@ class Runs:
                     outcome = (state, rec.next_run_at, last_error)
                 elif self.table.reschedule is Reschedule.AFTER_FINISH:
                     result = advancing(
-                        self.table.evaluate(rec.key, rec.data, since(rec, wall_now, scheduled_for)),
+                        self.table.evaluate(
+                            rec.key, rec.data, since(rec, wall_now, scheduled_for, generation)
+                        ),
                         scheduled_for,
                     )
                     rec.last_error = last_error

@@ -200,6 +200,7 @@ class KeyTable:
         rec.state = KeyState(row.state)
         rec.next_run_at = seconds_of(row.next_run_at)
         rec.last_scheduled_for = seconds_of(row.last_scheduled_for)
+        rec.started_in = None if row.last_scheduled_for is None else row.generation  # (at most)
         rec.last_error = row.last_error
         rec.paused = bool(row.paused)
         rec.options = options_of(row.options)

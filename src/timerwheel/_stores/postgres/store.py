@@ -25,6 +25,7 @@ from ..rows import (
     encode_key,
     entry_row,
     key_row,
+    stored_key,
 )
 from .database import Database, redacted
 from .keeper import Keeper
@@ -275,7 +276,19 @@ class PostgresStore:
     def delete(self, key: Hashable) -> bool:
         """Delete a key and its fires, wherever it is held (the others are notified). True if it existed.
         A key this store cannot hold is refused as put() refuses it (TypeError or ValueError naming key)."""
-        k = key_text(key)
+        return self._delete(key_text(key), f"delete key {key!r}", notify=True)
+
+    def delete_row(self, stored: str) -> bool:
+        """Delete the row whose stored key (its JSON text, as rows() gives it) is `stored`, with its fires
+        and history: for a row this timerwheel cannot read, which the holders pass over (they are told
+        only if the text is a key they could hold). True if it existed."""
+        try:
+            stored_key(stored)
+        except ValueError:
+            return self._delete(stored, f"delete the row of key {stored!r}", notify=False)
+        return self._delete(stored, f"delete the row of key {stored!r}", notify=True)
+
+    def _delete(self, k: str, what: str, notify: bool) -> bool:
         payload = json.dumps({"o": self.owner_id, "k": [k]})
 
         def work(conn: Any) -> bool:
@@ -290,11 +303,11 @@ class PostgresStore:
                     f"{RAISE_FLOOR} RETURNING 1",
                     (k,),
                 ).rowcount
-                if gone:
+                if gone and notify:
                     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
             return bool(gone)
 
-        return bool(self._db.do(work, f"delete key {key!r}", self._db.changes))
+        return bool(self._db.do(work, what, self._db.changes))
 
     def start_fire(self, row: StoredKey, scheduled_for: int, started_at: int, rerun: bool) -> int:
         """Take the fire (key, generation, scheduled_for), write the key's row and renew this process's
